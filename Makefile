@@ -1,0 +1,55 @@
+# Hippo: the Makefile is the interface. CI runs the same targets a developer runs.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e libs/cli
+SOURCES := libs/core/src libs/cli/src services/embedding/src bench scripts
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml services/embedding/pyproject.toml requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# torch first and pinned: the CPU build on local disk. Unpinned, pip pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check $(PACKAGES) -r requirements-dev.txt
+	@touch $@
+
+install: $(STAMP) ## Make .venv and install every package (editable) and the dev tools
+
+proto: $(STAMP) ## Regenerate libs/proto from protos/ (commit the result)
+	$(BIN)/python scripts/gen_protos.py
+
+proto-check: $(STAMP) ## Fail if the committed generated code is stale
+	$(BIN)/python scripts/gen_protos.py --check
+
+env-example: $(STAMP) ## Regenerate deploy/hippo.env.example from the settings classes
+	$(BIN)/hippo env-example > deploy/hippo.env.example
+
+lint: $(STAMP) ## ruff + mypy on hand-written code, buf lint on the protos
+	$(BIN)/ruff check $(SOURCES) tests libs/core/tests services/embedding/tests
+	$(BIN)/ruff format --check $(SOURCES) tests libs/core/tests services/embedding/tests
+	$(BIN)/mypy $(SOURCES)
+	cd protos && ../$(BIN)/buf lint
+
+fmt: $(STAMP) ## Format and autofix hand-written code
+	$(BIN)/ruff format $(SOURCES) tests libs/core/tests services/embedding/tests
+	$(BIN)/ruff check --fix $(SOURCES) tests libs/core/tests services/embedding/tests
+
+test: $(STAMP) proto-check ## Install what is needed, then run every test (real models, real gRPC)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest
+
+run: $(STAMP) proto-check ## Install, then start the whole cluster locally (Ctrl-C stops it)
+	HF_HUB_OFFLINE=1 $(BIN)/hippo up
+
+bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py
+
+clean: ## Remove the venv, caches and local data (var/)
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
+
+.PHONY: help install proto proto-check env-example lint fmt test run bench clean

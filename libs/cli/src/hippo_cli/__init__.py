@@ -1,0 +1,1 @@
+"""The `hippo` command: local launcher, health, and calls to the API."""

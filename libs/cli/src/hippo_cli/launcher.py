@@ -1,0 +1,140 @@
+"""`hippo up`: every service as a local process on loopback, until Ctrl-C.
+
+Start order follows the registry; each service must be SERVING before the next starts
+(later services depend on earlier ones). Logs go to var/log/<service>.log as JSON lines.
+Ctrl-C or SIGTERM sends SIGTERM to every service, newest first, waits for their graceful
+stop, and kills only what outlives its grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from hippo_cli.health import wait_serving
+from hippo_cli.registry import SERVICES, ServiceSpec
+from hippo_cli.settings import CliSettings
+
+
+@dataclass
+class Running:
+    spec: ServiceSpec
+    process: subprocess.Popen[bytes]
+    addr: str
+    metrics: str
+    log: Path
+    grace: float
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _start(spec: ServiceSpec, data_dir: Path) -> Running:
+    settings = spec.settings()
+    host, port = getattr(settings, "host"), getattr(settings, "port")
+    metrics_port = getattr(settings, "metrics_port")
+    log = data_dir / "log" / f"{spec.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if hasattr(settings, "data_dir"):  # stateful services keep their files under var/<name>
+        env.setdefault(f"{spec.env_prefix()}DATA_DIR", str(data_dir / spec.name))
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", spec.module], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    return Running(
+        spec, process, f"{host}:{port}", f"http://{host}:{metrics_port}/metrics", log,
+        float(getattr(settings, "grace_seconds")),
+    )
+
+
+def _stop(running: list[Running]) -> None:
+    for item in reversed(running):
+        if item.process.poll() is None:
+            item.process.send_signal(signal.SIGTERM)
+    for item in reversed(running):
+        try:
+            item.process.wait(timeout=item.grace + 5)
+        except subprocess.TimeoutExpired:
+            click.echo(f"  {item.spec.name} outlived its grace period; killing it", err=True)
+            item.process.kill()
+            item.process.wait()
+        click.echo(f"  {item.spec.name} stopped (exit code {item.process.returncode})")
+
+
+async def _wait_ready(item: Running, timeout: float) -> bool:
+    ready = asyncio.create_task(wait_serving(item.addr, item.spec.full_name, timeout))
+    while not ready.done():
+        if item.process.poll() is not None:
+            ready.cancel()
+            return False
+        await asyncio.sleep(0.2)
+    return ready.result()
+
+
+def _banner(running: list[Running]) -> None:
+    click.echo("\nHippo is up. Services:")
+    for item in running:
+        click.echo(f"  {item.spec.name:<11} grpc {item.addr:<17} metrics {item.metrics}  log {item.log}")
+    first = running[0]
+    click.echo(
+        "\nTry it (in another terminal):\n"
+        "  .venv/bin/hippo health\n"
+        '  .venv/bin/hippo embed "Hippo keeps memory outside the model"\n'
+        "\nor from Python with the generated stubs:\n"
+        "  import grpc, numpy as np\n"
+        "  from hippo.embedding.v1 import embedding_pb2 as pb, embedding_pb2_grpc as rpc\n"
+        f"  stub = rpc.EmbeddingServiceStub(grpc.insecure_channel('{first.addr}'))\n"
+        "  r = stub.Embed(pb.EmbedRequest(texts=['hello']), timeout=5)\n"
+        "  v = np.frombuffer(r.vectors, '<f4').reshape(r.count, r.dimension)\n"
+        "\nCtrl-C stops everything gracefully."
+    )
+
+
+def up(settings: CliSettings) -> int:
+    data_dir = Path(settings.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    running: list[Running] = []
+    stop = {"now": False}
+
+    def on_signal(signum: int, _: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        for spec in SERVICES:
+            click.echo(f"starting {spec.name} ...", nl=False)
+            item = _start(spec, data_dir)
+            running.append(item)
+            started = time.monotonic()
+            if not asyncio.run(_wait_ready(item, settings.startup_timeout_seconds)):
+                click.echo(" failed")
+                click.echo(f"{spec.name} did not become SERVING; last log lines:\n{_tail(item.log)}", err=True)
+                return 1
+            click.echo(f" SERVING on {item.addr} ({time.monotonic() - started:.1f} s)")
+            if stop["now"]:
+                return 130
+        _banner(running)
+        while not stop["now"]:
+            for item in running:
+                if item.process.poll() is not None:
+                    click.echo(f"\n{item.spec.name} exited ({item.process.returncode}):\n{_tail(item.log)}", err=True)
+                    return 1
+            time.sleep(0.3)
+        click.echo("\nstopping ...")
+        return 0
+    finally:
+        _stop(running)

@@ -1,0 +1,51 @@
+"""The services the local launcher and `hippo health` know, in start order.
+
+Each entry names the service's module and its settings class: ports and every other
+default come from the service's own settings, so there is one source of truth.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from pydantic_settings import BaseSettings
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    module: str  # `python -m <module>` starts it
+    settings_class: str  # "<module>.settings:<Class>"
+    full_name: str  # proto service name = readiness health key
+
+    def settings(self) -> BaseSettings:
+        """The service's settings as its process would read them from this environment."""
+        module, _, cls = self.settings_class.partition(":")
+        settings_cls = getattr(importlib.import_module(module), cls)
+        instance: BaseSettings = settings_cls()
+        return instance
+
+    def env_prefix(self) -> str:
+        return f"HIPPO_{self.name.upper()}_"
+
+
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec(
+        "embedding",
+        "hippo_embedding",
+        "hippo_embedding.settings:EmbeddingSettings",
+        "hippo.embedding.v1.EmbeddingService",
+    ),
+)
+
+
+def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
+    out = []
+    for spec in SERVICES:
+        module, _, cls = spec.settings_class.partition(":")
+        out.append((spec.name, getattr(importlib.import_module(module), cls)))
+    from hippo_cli.settings import CliSettings
+
+    out.append(("cli", CliSettings))
+    return out

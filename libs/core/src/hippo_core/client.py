@@ -1,0 +1,123 @@
+"""The one way a Hippo process opens a channel to a peer.
+
+Every outbound call gets a deadline: the caller's own `timeout=`, else the settings'
+default, and never more than what is left of the inbound call being served (so servers
+pass on their remaining time). Retries happen only on UNAVAILABLE (connection refused,
+peer draining), by grpc's own retry policy; keepalive notices dead peers; message sizes
+are bounded. The request id and trace context travel in metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from hippo_core import context as request_context
+from hippo_core import metrics, tracing
+from hippo_core.errors import DeadlineExceeded
+from hippo_core.settings import MIB, ClientSettings
+
+
+def _service_config(max_attempts: int) -> str:
+    policy = {
+        "maxAttempts": max_attempts,
+        "initialBackoff": "0.05s",
+        "maxBackoff": "1s",
+        "backoffMultiplier": 2,
+        # Only UNAVAILABLE: the request never reached a handler or the peer is
+        # draining. Retrying anything else could apply a write twice.
+        "retryableStatusCodes": ["UNAVAILABLE"],
+    }
+    return json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]})
+
+
+def _details(details: grpc.aio.ClientCallDetails, default_timeout: float) -> grpc.aio.ClientCallDetails:
+    timeout = details.timeout if details.timeout is not None else default_timeout
+    remaining = request_context.time_remaining()
+    if remaining is not None:
+        if remaining <= 0:
+            raise DeadlineExceeded("the inbound call's deadline has already passed")
+        timeout = min(timeout, remaining)
+    metadata = grpc.aio.Metadata(*(details.metadata or ()))
+    rid = request_context.request_id.get()
+    if rid and "x-request-id" not in metadata:
+        metadata.add("x-request-id", rid)
+    return grpc.aio.ClientCallDetails(
+        details.method, timeout, metadata, details.credentials, details.wait_for_ready
+    )
+
+
+def _labels(details: grpc.aio.ClientCallDetails, grpc_type: str) -> tuple[str, str, str]:
+    method = details.method.decode() if isinstance(details.method, bytes) else details.method
+    return (grpc_type, *metrics.split_method(method))
+
+
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self, default_timeout: float) -> None:
+        self._timeout = default_timeout
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Awaitable[Any]], details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        labels = _labels(details, "unary")
+        metrics.CLIENT_STARTED.labels(*labels).inc()
+        started = time.perf_counter()
+        call = await continuation(_details(details, self._timeout), request)
+
+        def done(finished: Any) -> None:
+            metrics.CLIENT_HANDLED.labels(*labels, finished.code().name).inc()
+            metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+
+        call.add_done_callback(done)
+        return call
+
+
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    def __init__(self, default_timeout: float) -> None:
+        self._timeout = default_timeout
+
+    async def intercept_unary_stream(
+        self, continuation: Callable[..., Awaitable[Any]], details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        labels = _labels(details, "server_stream")
+        metrics.CLIENT_STARTED.labels(*labels).inc()
+        started = time.perf_counter()
+        call = await continuation(_details(details, self._timeout), request)
+
+        def done(finished: Any) -> None:
+            metrics.CLIENT_HANDLED.labels(*labels, finished.code().name).inc()
+            metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+
+        call.add_done_callback(done)
+        return call
+
+
+def channel(
+    target: str,
+    settings: ClientSettings | None = None,
+    *,
+    max_message_bytes: int = MIB,
+) -> grpc.aio.Channel:
+    """An insecure aio channel to `target` ('host:port') with Hippo's call policy."""
+    settings = settings or ClientSettings()
+    options = [
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", _service_config(settings.max_attempts)),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        # Ping only while calls are open (the server accepts one every 20 s), so a
+        # peer that vanished mid-call is noticed in seconds, not at the TCP timeout.
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
+    interceptors = [
+        _UnaryUnary(settings.timeout_seconds),
+        _UnaryStream(settings.timeout_seconds),
+        *tracing.client_interceptors(),
+    ]
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)

@@ -1,0 +1,1 @@
+"""The gRPC server runtime: interceptors, request decoding, and the serve loop."""

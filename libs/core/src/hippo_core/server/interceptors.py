@@ -1,0 +1,250 @@
+"""Server interceptors, outermost first: metrics, (tracing), errors, concurrency limit.
+
+`ErrorInterceptor` is the one place where errors become statuses: a `HippoError` becomes
+its code with its message (which names the field and the limit) plus rich details
+(google.rpc ErrorInfo and BadRequest); anything else becomes INTERNAL with a generic
+message and a trace id, the traceback going only to the log. It also opens the request's
+context: request id, deadline and log fields that downstream calls and logs inherit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry import trace
+
+from hippo_core import context as request_context
+from hippo_core import metrics
+from hippo_core.errors import HippoError, InvalidArgument, ResourceExhausted
+from hippo_core.server.decode import Undecodable, tolerant
+from hippo_core.server.handlers import Streaming, Unary, rewrap
+
+log = structlog.stdlib.get_logger("hippo.rpc")
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+# Infrastructure RPCs: never refused by the concurrency limit, so probes keep answering.
+EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def _grpc_type(handler: grpc.RpcMethodHandler) -> str:
+    if handler.request_streaming:
+        return "bidi_stream" if handler.response_streaming else "client_stream"
+    return "server_stream" if handler.response_streaming else "unary"
+
+
+def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
+    if isinstance(error, asyncio.CancelledError):
+        remaining = context.time_remaining()
+        expired = remaining is not None and remaining <= 0
+        return "DEADLINE_EXCEEDED" if expired else "CANCELLED"
+    code = context.code()
+    if code is None:
+        return "OK" if error is None else "UNKNOWN"
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    return grpc.StatusCode(code).name if not isinstance(code, int) else _code_name(code)
+
+
+def _code_name(value: int) -> str:
+    for code in grpc.StatusCode:
+        if code.value[0] == value:
+            return str(code.name)
+    return "UNKNOWN"
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """grpc_server_started/handled_total and grpc_server_handling_seconds per method."""
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        service, method = metrics.split_method(details.method)
+        labels = (_grpc_type(handler), service, method)
+
+        def finish(started: float, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+            metrics.SERVER_HANDLED.labels(*labels, _final_code(context, error)).inc()
+            metrics.SERVER_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+
+        def unary(behavior: Unary) -> Unary:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                metrics.SERVER_STARTED.labels(*labels).inc()
+                started, error = time.perf_counter(), None
+                try:
+                    return await behavior(request, context)
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    finish(started, context, error)
+
+            return call
+
+        def streaming(behavior: Streaming) -> Streaming:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                metrics.SERVER_STARTED.labels(*labels).inc()
+                started, error = time.perf_counter(), None
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    finish(started, context, error)
+
+            return call
+
+        return rewrap(handler, unary, streaming)
+
+
+def _status_details(error: HippoError, code: grpc.StatusCode) -> bytes:
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain="hippo"))
+    details = [info]
+    if isinstance(error, InvalidArgument):
+        bad = any_pb2.Any()
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=error.field, description=error.problem
+        )
+        bad.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+        details.append(bad)
+    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+    return status.SerializeToString()
+
+
+def _trace_id() -> str:
+    span = trace.get_current_span().get_span_context()
+    return format(span.trace_id, "032x") if span.is_valid else uuid.uuid4().hex
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Request context in, statuses out: the one place errors are mapped."""
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method = details.method
+        incoming = dict(details.invocation_metadata or ())
+        rid = str(incoming.get("x-request-id") or uuid.uuid4().hex)
+
+        def enter(context: grpc.aio.ServicerContext) -> None:
+            request_context.request_id.set(rid)
+            remaining = context.time_remaining()
+            due = None if remaining is None else time.monotonic() + remaining
+            request_context.deadline.set(due)
+            structlog.contextvars.bind_contextvars(request_id=rid, method=method)
+
+        async def fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+            if isinstance(exc, HippoError):
+                code = grpc.StatusCode[exc.code.value]
+                log.info("rpc_error", code=code.name, reason=exc.reason, error=exc.message)
+                trailer = (("grpc-status-details-bin", _status_details(exc, code)),)
+                await context.abort(code, exc.message, trailing_metadata=trailer)
+            trace_id = _trace_id()
+            log.exception("rpc_internal_error", trace_id=trace_id)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id})")
+
+        def check(request: Any) -> None:
+            if isinstance(request, Undecodable):
+                raise request.error
+
+        def unary(behavior: Unary) -> Unary:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                enter(context)
+                try:
+                    check(request)
+                    return await behavior(request, context)
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    await fail(context, exc)
+
+            return call
+
+        def streaming(behavior: Streaming) -> Streaming:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                enter(context)
+                try:
+                    check(request)
+                    async for item in behavior(request, context):
+                        yield item
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    await fail(context, exc)
+
+            return call
+
+        return rewrap(handler, unary, streaming, decode=tolerant)
+
+
+class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
+    """At most `limit` calls in flight; the next gets RESOURCE_EXHAUSTED, not a queue.
+
+    Sits inside ErrorInterceptor so the refusal is mapped like any domain error.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._inflight = 0
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(EXEMPT):
+            return handler
+        service, method = metrics.split_method(details.method)
+        gauge = metrics.SERVER_INFLIGHT.labels(service)
+
+        def admit() -> None:
+            if self._inflight >= self._limit:
+                metrics.SERVER_REJECTED.labels(service, method).inc()
+                raise ResourceExhausted(
+                    f"server busy: {self._inflight} calls in flight "
+                    f"(max_concurrent_rpcs={self._limit}); retry with backoff",
+                    reason="SERVER_BUSY",
+                )
+            self._inflight += 1
+            gauge.inc()
+
+        def release() -> None:
+            self._inflight -= 1
+            gauge.dec()
+
+        def unary(behavior: Unary) -> Unary:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                admit()
+                try:
+                    return await behavior(request, context)
+                finally:
+                    release()
+
+            return call
+
+        def streaming(behavior: Streaming) -> Streaming:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                admit()
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                finally:
+                    release()
+
+            return call
+
+        return rewrap(handler, unary, streaming)

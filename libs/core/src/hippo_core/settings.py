@@ -1,0 +1,69 @@
+"""Typed settings: one object per service, read from `HIPPO_<SVC>_*` environment variables.
+
+Each service subclasses `ServiceSettings`, sets its `env_prefix` and default ports, and
+adds its own fields. The object is built once in the service's `__main__` and passed
+down; nothing reads the environment at import time. Every field has a description:
+`deploy/hippo.env.example` is generated from them (`make env-example`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class ClientSettings(BaseModel):
+    """How a service calls its peers (nested in each service's settings as `client`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_seconds: float = Field(
+        5.0, gt=0, description="Deadline for an outbound call when the caller set none."
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=5, description="Attempts per call, retried on UNAVAILABLE only."
+    )
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every gRPC service has."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, env_nested_delimiter="__")
+
+    host: str = Field("127.0.0.1", description="Address the gRPC server binds.")
+    port: int = Field(0, ge=0, le=65535, description="gRPC port (0 picks a free one).")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
+    )
+    grace_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="On SIGTERM, in-flight calls get this long to finish before they are "
+        "cancelled. Keep it below the pod's terminationGracePeriodSeconds.",
+    )
+    max_concurrent_rpcs: int = Field(
+        64,
+        ge=1,
+        description="Calls served at once; the next one gets RESOURCE_EXHAUSTED instead of "
+        "an unbounded queue. Health checks are not counted.",
+    )
+    max_message_bytes: int = Field(
+        4 * MIB,
+        ge=64 * 1024,
+        description="Largest request or response message in bytes.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Lowest level written to the JSON log on stderr."
+    )
+    otlp_endpoint: str = Field(
+        "",
+        description="OTLP/gRPC collector for traces, e.g. http://otel-collector:4317. "
+        "Empty: spans are made (ids reach the logs) but not exported.",
+    )
+    client: ClientSettings = Field(
+        default_factory=ClientSettings, description="Outbound call policy."
+    )

@@ -1,0 +1,1 @@
+"""Embedding domain: validation, cache, micro-batching. No grpc, no generated code."""

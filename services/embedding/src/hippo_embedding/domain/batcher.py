@@ -1,0 +1,140 @@
+"""Micro-batching: concurrent requests share model calls; one model call at a time.
+
+A single worker task owns the model. Requests queue their texts as jobs (large requests
+split into jobs of at most `max_batch`) and await their futures. Each round the worker
+takes queued jobs up to `max_batch` texts and runs one model call on a dedicated thread,
+so the event loop keeps serving while the model computes. Requests that arrive during a
+model call join the next one: batching grows with load without delaying a lone request
+(`wait_s` can add a deliberate wait). A caller that gives up (deadline, cancel) cancels
+its futures; jobs not yet started are dropped, so abandoned work stops at the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from hippo_core.errors import ResourceExhausted, Unavailable
+from hippo_embedding import metrics
+from hippo_embedding.domain.encoder import Vectors
+
+
+@dataclass
+class _Job:
+    texts: Sequence[str]
+    future: asyncio.Future[Vectors]
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        encode: Callable[[Sequence[str]], Vectors],
+        *,
+        max_batch: int,
+        max_queued: int,
+        wait_s: float = 0.0,
+    ) -> None:
+        self._encode = encode
+        self._max_batch = max_batch
+        self._max_queued = max_queued
+        self._wait_s = wait_s
+        self._queue: deque[_Job] = deque()
+        self._queued_texts = 0
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        self._worker = asyncio.create_task(self._run(), name="micro-batcher")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        for job in self._queue:
+            job.future.cancel()
+        self._queue.clear()
+        self._executor.shutdown(wait=True)
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for `texts`, in order, computed in one or more shared model calls."""
+        if self._closed or self._worker is None:
+            raise Unavailable("the encoder is not running")
+        if self._queued_texts + len(texts) > self._max_queued:
+            raise ResourceExhausted(
+                f"encoder queue full: {self._queued_texts} texts waiting "
+                f"(max_queued_texts={self._max_queued}); retry with backoff",
+                reason="QUEUE_FULL",
+            )
+        loop = asyncio.get_running_loop()
+        jobs = [
+            _Job(texts[i : i + self._max_batch], loop.create_future())
+            for i in range(0, len(texts), self._max_batch)
+        ]
+        self._queue.extend(jobs)
+        self._queued(sum(len(job.texts) for job in jobs))
+        self._wakeup.set()
+        try:
+            parts = [await job.future for job in jobs]
+        except BaseException:
+            for job in jobs:
+                job.future.cancel()
+            raise
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _queued(self, delta: int) -> None:
+        self._queued_texts += delta
+        metrics.QUEUED.set(self._queued_texts)
+
+    def _take(self) -> list[_Job]:
+        batch: list[_Job] = []
+        size = 0
+        while self._queue and size + len(self._queue[0].texts) <= self._max_batch:
+            job = self._queue.popleft()
+            self._queued(-len(job.texts))
+            if job.future.done():  # the caller gave up before its turn
+                metrics.DROPPED.inc(len(job.texts))
+                continue
+            batch.append(job)
+            size += len(job.texts)
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                if self._wait_s > 0 and self._queued_texts < self._max_batch:
+                    await asyncio.sleep(self._wait_s)
+                batch = self._take()
+                if not batch:
+                    continue
+                texts = [text for job in batch for text in job.texts]
+                metrics.BATCH_TEXTS.observe(len(texts))
+                metrics.BATCH_REQUESTS.observe(len(batch))
+                started = time.perf_counter()
+                try:
+                    vectors = await loop.run_in_executor(self._executor, self._encode, texts)
+                except Exception as exc:  # the model failed: every caller of this batch hears it
+                    for job in batch:
+                        if not job.future.done():
+                            job.future.set_exception(exc)
+                    continue
+                finally:
+                    metrics.FORWARD_SECONDS.observe(time.perf_counter() - started)
+                metrics.TEXTS.labels("model").inc(len(texts))
+                offset = 0
+                for job in batch:
+                    rows = vectors[offset : offset + len(job.texts)]
+                    offset += len(job.texts)
+                    if not job.future.done():
+                        job.future.set_result(rows)
