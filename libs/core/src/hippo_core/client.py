@@ -9,6 +9,7 @@ are bounded. The request id and trace context travel in metadata.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,17 @@ def _labels(details: grpc.aio.ClientCallDetails, grpc_type: str) -> tuple[str, s
     return (grpc_type, *metrics.split_method(method))
 
 
+async def _record(call: Any, labels: tuple[str, str, str], started: float) -> None:
+    code = await call.code()
+    metrics.CLIENT_HANDLED.labels(*labels, code.name).inc()
+    metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+
+
+def _record_when_done(call: Any, labels: tuple[str, str, str], started: float) -> None:
+    # The status of an aio call is read with `await`; done callbacks are synchronous.
+    call.add_done_callback(lambda done: asyncio.ensure_future(_record(done, labels, started)))
+
+
 class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     def __init__(self, default_timeout: float) -> None:
         self._timeout = default_timeout
@@ -68,11 +80,7 @@ class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         started = time.perf_counter()
         call = await continuation(_details(details, self._timeout), request)
 
-        def done(finished: Any) -> None:
-            metrics.CLIENT_HANDLED.labels(*labels, finished.code().name).inc()
-            metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-
-        call.add_done_callback(done)
+        _record_when_done(call, labels, started)
         return call
 
 
@@ -88,11 +96,7 @@ class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
         started = time.perf_counter()
         call = await continuation(_details(details, self._timeout), request)
 
-        def done(finished: Any) -> None:
-            metrics.CLIENT_HANDLED.labels(*labels, finished.code().name).inc()
-            metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-
-        call.add_done_callback(done)
+        _record_when_done(call, labels, started)
         return call
 
 

@@ -36,7 +36,8 @@ def configure(service: str, level: str = "info") -> None:
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        # Not cached: a logger made before configure() (at import) must still follow it.
+        cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(

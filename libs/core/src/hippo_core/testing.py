@@ -1,0 +1,117 @@
+"""Helpers for tests and benchmarks that run real services as subprocesses.
+
+Not used by services at run time. Kept in the shared runtime so every service's tests
+start processes, wait for health and read metrics the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def health_status(addr: str, service: str, timeout: float = 1.0) -> str:
+    """The health status name, or 'UNREACHABLE' when the server does not answer."""
+    with grpc.insecure_channel(addr) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError:
+            return "UNREACHABLE"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a /metrics page: {(name, sorted labels): value}."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """Sum of the samples called `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
+
+
+@dataclass
+class ServiceProcess:
+    process: subprocess.Popen[bytes]
+    addr: str
+    metrics_url: str
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)
+
+
+@contextmanager
+def service_process(
+    module: str, prefix: str, env: Mapping[str, str] | None = None
+) -> Iterator[ServiceProcess]:
+    """Run `python -m module` on free loopback ports; stop it (SIGTERM, then kill) after."""
+    port, metrics_port = free_port(), free_port()
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        f"{prefix}HOST": "127.0.0.1",
+        f"{prefix}PORT": str(port),
+        f"{prefix}METRICS_PORT": str(metrics_port),
+        **(env or {}),
+    }
+    log = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module], env=full_env, stdout=out, stderr=subprocess.STDOUT
+        )
+    proc = ServiceProcess(
+        process, f"127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics", log
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+
+
+def wait_for(addr: str, service: str, status: str = "SERVING", timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if health_status(addr, service) == status:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{service} at {addr} not {status} after {timeout} s")

@@ -1,0 +1,105 @@
+"""The channel factory: deadlines always set and propagated, retries on UNAVAILABLE only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from core_harness import Harness, start
+from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from hippo_core import client
+from hippo_core import context as request_context
+from hippo_core.errors import InvalidArgument, Unavailable
+from hippo_core.settings import ClientSettings, ServiceSettings
+
+
+async def test_default_deadline_is_applied(harness: Harness) -> None:
+    seen: list[float | None] = []
+
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        seen.append(context.time_remaining())
+        return embedding_pb2.EmbedResponse()
+
+    harness.servicer.behaviour = behaviour
+    async with client.channel(harness.addr, ClientSettings(timeout_seconds=1.5)) as channel:
+        await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+    assert seen[0] is not None and 1.0 < seen[0] <= 1.5
+
+
+async def test_remaining_time_and_request_id_propagate_downstream(harness: Harness) -> None:
+    """A server calling a peer passes on what is left of its own deadline, never more."""
+    downstream = await start(ServiceSettings(grace_seconds=1.0))
+    await downstream.runner.ready.wait()
+    seen: dict[str, object] = {}
+
+    async def leaf(request, context):  # type: ignore[no-untyped-def]
+        seen["remaining"] = context.time_remaining()
+        seen["request_id"] = dict(context.invocation_metadata())["x-request-id"]
+        return embedding_pb2.EmbedResponse(count=7)
+
+    async def middle(request, context):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.3)
+        # Asks for 30 s, but the inbound call only has ~0.7 s left.
+        async with client.channel(downstream.addr, ClientSettings(timeout_seconds=30)) as channel:
+            stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+            return await stub.Embed(request, timeout=30)
+
+    downstream.servicer.behaviour = leaf
+    harness.servicer.behaviour = middle
+    try:
+        async with grpc.aio.insecure_channel(harness.addr) as channel:
+            reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+                embedding_pb2.EmbedRequest(texts=["a"]), timeout=1.0, metadata=(("x-request-id", "req-42"),)
+            )
+    finally:
+        await downstream.runner.stop()
+    assert reply.count == 7
+    remaining = seen["remaining"]
+    assert isinstance(remaining, float) and remaining < 0.75
+    assert seen["request_id"] == "req-42"
+
+
+async def test_expired_inbound_deadline_fails_before_calling(harness: Harness) -> None:
+    token = request_context.deadline.set(0.0)  # long past
+    try:
+        async with client.channel(harness.addr) as channel:
+            with pytest.raises(Exception, match="deadline"):
+                await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+    finally:
+        request_context.deadline.reset(token)
+    assert harness.servicer.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "calls", "code"),
+    [
+        (Unavailable("peer restarting"), 3, grpc.StatusCode.UNAVAILABLE),
+        (InvalidArgument("texts", "bad"), 1, grpc.StatusCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_retries_only_unavailable(
+    harness: Harness, error: Exception, calls: int, code: grpc.StatusCode
+) -> None:
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        raise error
+
+    harness.servicer.behaviour = behaviour
+    async with client.channel(harness.addr, ClientSettings(max_attempts=3)) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=5)
+    assert caught.value.code() == code
+    assert harness.servicer.calls == calls
+
+
+async def test_retry_recovers_after_transient_unavailable(harness: Harness) -> None:
+    async def flaky(request, context):  # type: ignore[no-untyped-def]
+        if harness.servicer.calls < 3:
+            raise Unavailable("warming up")
+        return embedding_pb2.EmbedResponse(count=1)
+
+    harness.servicer.behaviour = flaky
+    async with client.channel(harness.addr, ClientSettings(max_attempts=3)) as channel:
+        reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=5)
+    assert reply.count == 1 and harness.servicer.calls == 3
