@@ -1,0 +1,164 @@
+"""Domain unit tests: validation, cache, micro-batching. The encoder is a test double
+of the Encoder port; the real adapters are tested in test_embedding_encoders.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from hippo_core.errors import InvalidArgument, ResourceExhausted
+from hippo_embedding.domain.batcher import MicroBatcher
+from hippo_embedding.domain.cache import VectorCache, key
+from hippo_embedding.domain.service import EmbeddingService
+from hippo_embedding.domain.validation import Limits, validate
+
+LIMITS = Limits(max_texts=4, max_chars=10)
+
+
+class CountingEncoder:
+    """Deterministic vectors from the text; records every model call."""
+
+    model, backend, dimension = "double", "test", 8
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[list[str]] = []
+        self.delay = delay
+        self.started = threading.Event()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.started.set()
+        self.calls.append(list(texts))
+        time.sleep(self.delay)
+        rows = np.array([[len(t), *(ord(c) for c in t.ljust(7)[:7])] for t in texts], np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    ("texts", "field", "fragment"),
+    [
+        ([], "texts", "at least 1"),
+        (["a"] * 5, "texts", "at most 4 texts per call, got 5"),
+        (["ok", "x" * 11], "texts[1]", "at most 10 characters, got 11"),
+        (["ok", "a\ud800"], "texts[1]", "lone surrogate at character 1"),
+    ],
+)
+def test_validation_names_field_and_limit(texts: list[str], field: str, fragment: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        validate(texts, LIMITS)
+    assert caught.value.field == field
+    assert fragment in caught.value.message
+
+
+def test_validation_accepts_limits_exactly() -> None:
+    validate(["x" * 10] * 4, LIMITS)
+    validate([""], LIMITS)
+
+
+def test_cache_evicts_least_recently_used() -> None:
+    cache = VectorCache(2)
+    a, b, c = key("a"), key("b"), key("c")
+    cache.put(a, np.ones(2, np.float32))
+    cache.put(b, np.ones(2, np.float32))
+    assert cache.get(a) is not None  # a is now the most recent
+    cache.put(c, np.ones(2, np.float32))
+    assert cache.get(b) is None and cache.get(a) is not None and len(cache) == 2
+
+
+def test_cached_rows_cannot_be_mutated_by_callers() -> None:
+    cache = VectorCache(4)
+    row = np.ones(3, np.float32)
+    cache.put(key("a"), row)
+    row[0] = 9
+    stored = cache.get(key("a"))
+    assert stored is not None and stored[0] == 1 and not stored.flags.writeable
+
+
+async def test_concurrent_requests_share_model_calls_in_order() -> None:
+    encoder = CountingEncoder(delay=0.05)
+    batcher = MicroBatcher(encoder.encode, max_batch=64, max_queued=1000)
+    batcher.start()
+    try:
+        texts = [f"text number {i}" for i in range(20)]
+        results = await asyncio.gather(*(batcher.embed([t]) for t in texts))
+    finally:
+        await batcher.close()
+    assert len(encoder.calls) < len(texts)  # shared calls, not one per request
+    assert sum(len(c) for c in encoder.calls) == len(texts)
+    expected = encoder.encode(texts)
+    np.testing.assert_allclose(np.concatenate(results), expected)
+
+
+async def test_large_request_is_split_into_max_batch_calls() -> None:
+    encoder = CountingEncoder()
+    batcher = MicroBatcher(encoder.encode, max_batch=4, max_queued=1000)
+    batcher.start()
+    try:
+        out = await batcher.embed([f"t{i}" for i in range(10)])
+    finally:
+        await batcher.close()
+    assert [len(c) for c in encoder.calls] == [4, 4, 2]
+    np.testing.assert_allclose(out, encoder.encode([f"t{i}" for i in range(10)]))
+
+
+async def test_cancelled_caller_work_is_dropped_before_it_runs() -> None:
+    encoder = CountingEncoder(delay=0.2)
+    batcher = MicroBatcher(encoder.encode, max_batch=2, max_queued=1000)
+    batcher.start()
+    try:
+        task = asyncio.ensure_future(batcher.embed([f"t{i}" for i in range(10)]))
+        await asyncio.to_thread(encoder.started.wait, 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.5)  # the chunk already on the model finishes; no more start
+    finally:
+        await batcher.close()
+    assert sum(len(c) for c in encoder.calls) <= 4
+
+
+async def test_full_queue_is_refused_not_buffered() -> None:
+    encoder = CountingEncoder(delay=0.2)
+    batcher = MicroBatcher(encoder.encode, max_batch=2, max_queued=4)
+    batcher.start()
+    try:
+        first = asyncio.ensure_future(batcher.embed(["a", "b", "c", "d"]))
+        await asyncio.sleep(0)
+        with pytest.raises(ResourceExhausted, match="max_queued_texts=4"):
+            await batcher.embed(["e"])
+        await first
+    finally:
+        await batcher.close()
+
+
+async def test_model_failure_reaches_every_caller_of_the_batch() -> None:
+    def broken(texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("model exploded")
+
+    batcher = MicroBatcher(broken, max_batch=8, max_queued=100)
+    batcher.start()
+    try:
+        results = await asyncio.gather(batcher.embed(["a"]), batcher.embed(["b"]), return_exceptions=True)
+    finally:
+        await batcher.close()
+    assert all(isinstance(r, RuntimeError) for r in results)
+
+
+async def test_service_encodes_each_distinct_text_once_and_uses_cache() -> None:
+    encoder = CountingEncoder()
+    batcher = MicroBatcher(encoder.encode, max_batch=64, max_queued=100)
+    batcher.start()
+    service = EmbeddingService(encoder, batcher, VectorCache(100), Limits(100, 100))
+    try:
+        first = await service.embed(["a", "b", "a"])
+        second = await service.embed(["b", "c"])
+    finally:
+        await batcher.close()
+    assert encoder.calls == [["a", "b"], ["c"]]
+    assert first.cached == 0 and second.cached == 1
+    np.testing.assert_allclose(first.vectors[0], first.vectors[2])
+    np.testing.assert_allclose(second.vectors[0], first.vectors[1])
