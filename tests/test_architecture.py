@@ -10,7 +10,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVICES = sorted(p for p in (ROOT / "services").iterdir() if (p / "src").is_dir())
 # Domain code is pure: no transport, no generated messages.
 # ("hippo" is the generated package; hand-written ones are hippo_<role>.)
-FORBIDDEN_IN_DOMAIN = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google.protobuf", "hippo")
+FORBIDDEN_IN_DOMAIN = (
+    "grpc",
+    "grpc_health",
+    "grpc_reflection",
+    "grpc_status",
+    "google.protobuf",
+    "hippo",
+)
 
 
 def _imports(path: Path) -> Iterator[str]:
@@ -45,7 +52,9 @@ def test_domain_modules_import_neither_grpc_nor_generated_code() -> None:
 def test_the_rule_catches_what_it_should() -> None:
     assert _forbidden("grpc") and _forbidden("grpc.aio") and _forbidden("hippo.embedding.v1")
     assert _forbidden("google.protobuf.message")
-    assert not _forbidden("hippo_core.errors") and not _forbidden("grpcx") and not _forbidden("numpy")
+    assert (
+        not _forbidden("hippo_core.errors") and not _forbidden("grpcx") and not _forbidden("numpy")
+    )
 
 
 def test_servicers_stay_thin() -> None:
@@ -59,7 +68,7 @@ def test_servicers_stay_thin() -> None:
 
 def test_services_do_not_import_each_other() -> None:
     packages = {s.name: next(s.glob("src/hippo_*")).name for s in SERVICES}
-    for name, package in packages.items():
+    for name in packages:
         others = {p for n, p in packages.items() if n != name}
         for path in (ROOT / "services" / name / "src").rglob("*.py"):
             bad = [m for m in _imports(path) if m.split(".")[0] in others]
@@ -68,5 +77,9 @@ def test_services_do_not_import_each_other() -> None:
 
 def test_generated_code_is_never_hand_edited_location() -> None:
     """Generated modules live only under libs/proto; nowhere else holds *_pb2.py."""
-    stray = [p for p in ROOT.rglob("*_pb2*.py") if "libs/proto/src" not in p.as_posix() and ".venv" not in p.parts]
+    stray = [
+        p
+        for p in ROOT.rglob("*_pb2*.py")
+        if "libs/proto/src" not in p.as_posix() and ".venv" not in p.parts
+    ]
     assert not stray, stray

@@ -29,7 +29,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         "HIPPO_CLI_DATA_DIR": str(tmp_path_factory.mktemp("var")),
     }
     launcher = subprocess.Popen(
-        [str(BIN / "hippo"), "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [str(BIN / "hippo"), "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     banner: list[str] = []
     assert launcher.stdout is not None
@@ -54,7 +58,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 
 def _hippo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "hippo"), *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(BIN / "hippo"), *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_banner_shows_endpoints_and_a_first_example(cluster: dict[str, str]) -> None:
@@ -70,7 +76,14 @@ def test_hippo_health_reports_serving(cluster: dict[str, str]) -> None:
 
 
 def test_hippo_embed_prints_vectors_and_similarity(cluster: dict[str, str]) -> None:
-    result = _hippo(cluster, "embed", "--json", "I love hiking", "Trekking in the hills is my passion", "Tax forms")
+    result = _hippo(
+        cluster,
+        "embed",
+        "--json",
+        "I love hiking",
+        "Trekking in the hills is my passion",
+        "Tax forms",
+    )
     assert result.returncode == 0, result.stderr
     vectors = json.loads(result.stdout)["vectors"]
     assert len(vectors) == 3 and len(vectors[0]) == 384

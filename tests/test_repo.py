@@ -39,13 +39,18 @@ def test_env_example_variables_configure_the_services(monkeypatch: pytest.Monkey
 
 
 def test_make_help_lists_the_interface() -> None:
-    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     for target in ("run", "test", "lint", "proto", "proto-check", "bench", "env-example"):
         assert f"make {target} " in out, target
 
 
 def test_generated_code_is_current() -> None:
     result = subprocess.run(
-        [sys.executable, "scripts/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "scripts/gen_protos.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-
 from core_harness import Harness, start
+
 from hippo_core import logging as hippo_logging
 from hippo_core.settings import ServiceSettings
 

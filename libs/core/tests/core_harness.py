@@ -8,17 +8,18 @@ not about embedding. The real embedding servicer is tested in services/embedding
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
-import pytest
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.server.app import Runner, Service
 from hippo_core.settings import ServiceSettings
 
 FULL_NAME = "hippo.embedding.v1.EmbeddingService"
-Behaviour = Callable[[embedding_pb2.EmbedRequest, grpc.aio.ServicerContext], Awaitable[embedding_pb2.EmbedResponse]]
+Behaviour = Callable[
+    [embedding_pb2.EmbedRequest, grpc.aio.ServicerContext], Awaitable[embedding_pb2.EmbedResponse]
+]
 
 
 class Scripted(embedding_pb2_grpc.EmbeddingServiceServicer):

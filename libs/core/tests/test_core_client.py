@@ -6,8 +6,8 @@ import asyncio
 
 import grpc
 import pytest
-
 from core_harness import Harness, start
+
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client
 from hippo_core import context as request_context
@@ -24,7 +24,9 @@ async def test_default_deadline_is_applied(harness: Harness) -> None:
 
     harness.servicer.behaviour = behaviour
     async with client.channel(harness.addr, ClientSettings(timeout_seconds=1.5)) as channel:
-        await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+        await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+            embedding_pb2.EmbedRequest(texts=["a"])
+        )
     assert seen[0] is not None and 1.0 < seen[0] <= 1.5
 
 
@@ -51,7 +53,9 @@ async def test_remaining_time_and_request_id_propagate_downstream(harness: Harne
     try:
         async with grpc.aio.insecure_channel(harness.addr) as channel:
             reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
-                embedding_pb2.EmbedRequest(texts=["a"]), timeout=1.0, metadata=(("x-request-id", "req-42"),)
+                embedding_pb2.EmbedRequest(texts=["a"]),
+                timeout=1.0,
+                metadata=(("x-request-id", "req-42"),),
             )
     finally:
         await downstream.runner.stop()
@@ -66,7 +70,9 @@ async def test_expired_inbound_deadline_fails_before_calling(harness: Harness) -
     try:
         async with client.channel(harness.addr) as channel:
             with pytest.raises(Exception, match="deadline"):
-                await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+                await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+                    embedding_pb2.EmbedRequest(texts=["a"])
+                )
     finally:
         request_context.deadline.reset(token)
     assert harness.servicer.calls == 0
@@ -88,7 +94,9 @@ async def test_retries_only_unavailable(
     harness.servicer.behaviour = behaviour
     async with client.channel(harness.addr, ClientSettings(max_attempts=3)) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=5)
+            await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+                embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
+            )
     assert caught.value.code() == code
     assert harness.servicer.calls == calls
 
@@ -101,5 +109,7 @@ async def test_retry_recovers_after_transient_unavailable(harness: Harness) -> N
 
     harness.servicer.behaviour = flaky
     async with client.channel(harness.addr, ClientSettings(max_attempts=3)) as channel:
-        reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=5)
+        reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+            embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
+        )
     assert reply.count == 1 and harness.servicer.calls == 3

@@ -6,11 +6,11 @@ import asyncio
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
-
 from core_harness import Harness
-from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import REGISTRY
+
+from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.errors import InvalidArgument, NotFound
 
 
@@ -68,7 +68,9 @@ async def test_unexpected_error_is_internal_with_trace_id_and_no_internals(
     trace_id = (err.details() or "").rsplit(" ", 1)[-1].rstrip(")")
     assert len(trace_id) == 32
     # The traceback goes to the JSON log only, under the same trace id.
-    records = [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("trace_id") == trace_id]
+    records = [
+        r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("trace_id") == trace_id
+    ]
     assert records, "no log entry carries the trace id given to the caller"
     assert records[0].msg["event"] == "rpc_internal_error"
     exc_info = records[0].exc_info
@@ -111,7 +113,10 @@ async def test_concurrency_limit_answers_resource_exhausted(harness: Harness) ->
     harness.servicer.behaviour = slow
     channel, stub = _stub(harness)
     async with channel:
-        held = [asyncio.ensure_future(stub.Embed(embedding_pb2.EmbedRequest(texts=["x"]), timeout=10)) for _ in range(2)]
+        held = [
+            asyncio.ensure_future(stub.Embed(embedding_pb2.EmbedRequest(texts=["x"]), timeout=10))
+            for _ in range(2)
+        ]
         while harness.servicer.calls < 2:
             await asyncio.sleep(0.01)
         with pytest.raises(grpc.aio.AioRpcError) as caught:

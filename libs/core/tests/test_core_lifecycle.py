@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+from core_harness import FULL_NAME, start
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from core_harness import FULL_NAME, start
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.settings import ServiceSettings
 
@@ -48,7 +48,9 @@ async def test_stop_lets_inflight_finish_and_refuses_new_calls() -> None:
     h.servicer.behaviour = slow
     async with grpc.aio.insecure_channel(h.addr) as channel:
         stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
-        inflight = asyncio.ensure_future(stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=10))
+        inflight = asyncio.ensure_future(
+            stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=10)
+        )
         while h.servicer.calls == 0:
             await asyncio.sleep(0.01)
         stopping = asyncio.ensure_future(h.runner.stop())

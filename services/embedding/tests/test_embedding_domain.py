@@ -142,7 +142,9 @@ async def test_model_failure_reaches_every_caller_of_the_batch() -> None:
     batcher = MicroBatcher(broken, max_batch=8, max_queued=100)
     batcher.start()
     try:
-        results = await asyncio.gather(batcher.embed(["a"]), batcher.embed(["b"]), return_exceptions=True)
+        results = await asyncio.gather(
+            batcher.embed(["a"]), batcher.embed(["b"]), return_exceptions=True
+        )
     finally:
         await batcher.close()
     assert all(isinstance(r, RuntimeError) for r in results)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import dev_texts
 
 PARAPHRASES = [
     ("How do I reset my password?", "What are the steps to change my login password?"),
-    ("The meeting was moved to Thursday afternoon.", "We rescheduled the meeting for Thursday after lunch."),
-    ("My dog loves playing fetch in the park.", "In the park, my puppy enjoys chasing a thrown ball."),
+    (
+        "The meeting was moved to Thursday afternoon.",
+        "We rescheduled the meeting for Thursday after lunch.",
+    ),
+    (
+        "My dog loves playing fetch in the park.",
+        "In the park, my puppy enjoys chasing a thrown ball.",
+    ),
 ]
 UNRELATED = [
     "The stock market closed lower on Friday.",

@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 import pytest
+from conftest import FULL_NAME
 from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from conftest import FULL_NAME
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.testing import ServiceProcess, metric, scrape
 
@@ -34,7 +34,9 @@ def test_embed_returns_unit_vectors_in_order(stub: EmbedStub) -> None:
 def test_repeated_text_is_answered_from_cache(stub: EmbedStub) -> None:
     text = f"cache probe {time.time_ns()}"
     first = stub.Embed(embedding_pb2.EmbedRequest(texts=[text]), timeout=10)
-    second = stub.Embed(embedding_pb2.EmbedRequest(texts=[text, "another new one " + text]), timeout=10)
+    second = stub.Embed(
+        embedding_pb2.EmbedRequest(texts=[text, "another new one " + text]), timeout=10
+    )
     assert first.cached == 0 and second.cached == 1
     np.testing.assert_array_equal(_vectors(first)[0], _vectors(second)[0])
 
@@ -83,11 +85,17 @@ def test_concurrent_calls_are_micro_batched(stub: EmbedStub, server: ServiceProc
     before = scrape(server.metrics_url)
     texts = [f"concurrent request {i} at {time.time_ns()}" for i in range(48)]
     with ThreadPoolExecutor(16) as pool:
-        replies = list(pool.map(lambda t: stub.Embed(embedding_pb2.EmbedRequest(texts=[t]), timeout=30), texts))
+        replies = list(
+            pool.map(lambda t: stub.Embed(embedding_pb2.EmbedRequest(texts=[t]), timeout=30), texts)
+        )
     after = scrape(server.metrics_url)
     assert all(r.count == 1 for r in replies)
-    calls = metric(after, "hippo_embedding_batch_requests_count") - metric(before, "hippo_embedding_batch_requests_count")
-    requests = metric(after, "hippo_embedding_batch_requests_sum") - metric(before, "hippo_embedding_batch_requests_sum")
+    calls = metric(after, "hippo_embedding_batch_requests_count") - metric(
+        before, "hippo_embedding_batch_requests_count"
+    )
+    requests = metric(after, "hippo_embedding_batch_requests_sum") - metric(
+        before, "hippo_embedding_batch_requests_sum"
+    )
     assert requests == len(texts)
     assert calls < requests  # some model calls served several requests
     # And each still got its own text's vector.
@@ -95,7 +103,9 @@ def test_concurrent_calls_are_micro_batched(stub: EmbedStub, server: ServiceProc
     np.testing.assert_allclose(_vectors(replies[5]), solo, atol=2e-3)
 
 
-def test_deadline_shorter_than_the_work_stops_the_work(stub: EmbedStub, server: ServiceProcess) -> None:
+def test_deadline_shorter_than_the_work_stops_the_work(
+    stub: EmbedStub, server: ServiceProcess
+) -> None:
     stamp = time.time_ns()
     texts = [f"{i} {stamp} " + "a long sentence about many things " * 40 for i in range(256)]
     before = scrape(server.metrics_url)
@@ -110,13 +120,17 @@ def test_deadline_shorter_than_the_work_stops_the_work(stub: EmbedStub, server: 
         if metric(after, "hippo_embedding_queue_texts") == 0 or time.monotonic() > end:
             break
         time.sleep(0.2)
-    dropped = metric(after, "hippo_embedding_texts_dropped_total") - metric(before, "hippo_embedding_texts_dropped_total")
+    dropped = metric(after, "hippo_embedding_texts_dropped_total") - metric(
+        before, "hippo_embedding_texts_dropped_total"
+    )
     encoded = metric(after, "hippo_embedding_texts_total", source="model") - metric(
         before, "hippo_embedding_texts_total", source="model"
     )
     assert dropped > 0 and encoded < len(texts) and dropped + encoded == len(texts)
     assert metric(after, "hippo_embedding_queue_texts") == 0
-    handled = metric(after, "grpc_server_handled_total", grpc_method="Embed", grpc_code="DEADLINE_EXCEEDED")
+    handled = metric(
+        after, "grpc_server_handled_total", grpc_method="Embed", grpc_code="DEADLINE_EXCEEDED"
+    )
     assert handled >= 1
 
 
@@ -148,9 +162,17 @@ def test_logs_are_json_lines_with_request_ids(stub: EmbedStub, server: ServicePr
     import json
 
     with pytest.raises(grpc.RpcError):
-        stub.Embed(embedding_pb2.EmbedRequest(texts=[]), timeout=5, metadata=(("x-request-id", "log-probe-1"),))
+        stub.Embed(
+            embedding_pb2.EmbedRequest(texts=[]),
+            timeout=5,
+            metadata=(("x-request-id", "log-probe-1"),),
+        )
     time.sleep(0.2)
     lines = [json.loads(line) for line in server.log_text().splitlines() if line.startswith("{")]
     assert lines and all("timestamp" in line and "level" in line for line in lines)
     (entry,) = [line for line in lines if line.get("request_id") == "log-probe-1"]
-    assert entry["code"] == "INVALID_ARGUMENT" and entry["service"] == "embedding" and entry["trace_id"]
+    assert (
+        entry["code"] == "INVALID_ARGUMENT"
+        and entry["service"] == "embedding"
+        and entry["trace_id"]
+    )

@@ -7,15 +7,17 @@ import threading
 import time
 
 import grpc
-
 from conftest import FULL_NAME
+
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.testing import health_status, service_process, wait_for
 
 
 def test_health_is_serving_only_after_warmup() -> None:
     """The torch backend takes seconds to import and load: long enough to watch."""
-    with service_process("hippo_embedding", "HIPPO_EMBEDDING_", {"HIPPO_EMBEDDING_BACKEND": "torch"}) as proc:
+    with service_process(
+        "hippo_embedding", "HIPPO_EMBEDDING_", {"HIPPO_EMBEDDING_BACKEND": "torch"}
+    ) as proc:
         seen: list[str] = []
         early_call = None
         end = time.monotonic() + 120

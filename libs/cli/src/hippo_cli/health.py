@@ -15,7 +15,9 @@ async def check(addr: str, service: str, timeout: float = 2.0) -> str:
     async with client.channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+            reply = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
         except grpc.aio.AioRpcError as exc:
             return f"UNREACHABLE ({exc.code().name})"
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))

@@ -43,8 +43,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def _start(spec: ServiceSpec, data_dir: Path) -> Running:
     settings = spec.settings()
-    host, port = getattr(settings, "host"), getattr(settings, "port")
-    metrics_port = getattr(settings, "metrics_port")
+    host, port = settings.host, settings.port
+    metrics_port = settings.metrics_port
     log = data_dir / "log" / f"{spec.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -55,8 +55,12 @@ def _start(spec: ServiceSpec, data_dir: Path) -> Running:
             [sys.executable, "-m", spec.module], env=env, stdout=out, stderr=subprocess.STDOUT
         )
     return Running(
-        spec, process, f"{host}:{port}", f"http://{host}:{metrics_port}/metrics", log,
-        float(getattr(settings, "grace_seconds")),
+        spec,
+        process,
+        f"{host}:{port}",
+        f"http://{host}:{metrics_port}/metrics",
+        log,
+        float(settings.grace_seconds),
     )
 
 
@@ -87,7 +91,9 @@ async def _wait_ready(item: Running, timeout: float) -> bool:
 def _banner(running: list[Running]) -> None:
     click.echo("\nHippo is up. Services:")
     for item in running:
-        click.echo(f"  {item.spec.name:<11} grpc {item.addr:<17} metrics {item.metrics}  log {item.log}")
+        click.echo(
+            f"  {item.spec.name:<11} grpc {item.addr:<17} metrics {item.metrics}  log {item.log}"
+        )
     first = running[0]
     click.echo(
         "\nTry it (in another terminal):\n"
@@ -122,7 +128,10 @@ def up(settings: CliSettings) -> int:
             started = time.monotonic()
             if not asyncio.run(_wait_ready(item, settings.startup_timeout_seconds)):
                 click.echo(" failed")
-                click.echo(f"{spec.name} did not become SERVING; last log lines:\n{_tail(item.log)}", err=True)
+                click.echo(
+                    f"{spec.name} did not become SERVING; last log lines:\n{_tail(item.log)}",
+                    err=True,
+                )
                 return 1
             click.echo(f" SERVING on {item.addr} ({time.monotonic() - started:.1f} s)")
             if stop["now"]:
@@ -131,7 +140,11 @@ def up(settings: CliSettings) -> int:
         while not stop["now"]:
             for item in running:
                 if item.process.poll() is not None:
-                    click.echo(f"\n{item.spec.name} exited ({item.process.returncode}):\n{_tail(item.log)}", err=True)
+                    click.echo(
+                        f"\n{item.spec.name} exited ({item.process.returncode}):\n"
+                        + _tail(item.log),
+                        err=True,
+                    )
                     return 1
             time.sleep(0.3)
         click.echo("\nstopping ...")

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from pydantic_settings import BaseSettings
 
+from hippo_core.settings import ServiceSettings
+
 
 @dataclass(frozen=True)
 class ServiceSpec:
@@ -19,11 +21,11 @@ class ServiceSpec:
     settings_class: str  # "<module>.settings:<Class>"
     full_name: str  # proto service name = readiness health key
 
-    def settings(self) -> BaseSettings:
+    def settings(self) -> ServiceSettings:
         """The service's settings as its process would read them from this environment."""
         module, _, cls = self.settings_class.partition(":")
         settings_cls = getattr(importlib.import_module(module), cls)
-        instance: BaseSettings = settings_cls()
+        instance: ServiceSettings = settings_cls()
         return instance
 
     def env_prefix(self) -> str:

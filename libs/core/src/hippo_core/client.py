@@ -36,7 +36,9 @@ def _service_config(max_attempts: int) -> str:
     return json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]})
 
 
-def _details(details: grpc.aio.ClientCallDetails, default_timeout: float) -> grpc.aio.ClientCallDetails:
+def _details(
+    details: grpc.aio.ClientCallDetails, default_timeout: float
+) -> grpc.aio.ClientCallDetails:
     timeout = details.timeout if details.timeout is not None else default_timeout
     remaining = request_context.time_remaining()
     if remaining is not None:
@@ -68,12 +70,15 @@ def _record_when_done(call: Any, labels: tuple[str, str, str], started: float) -
     call.add_done_callback(lambda done: asyncio.ensure_future(_record(done, labels, started)))
 
 
-class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, default_timeout: float) -> None:
         self._timeout = default_timeout
 
     async def intercept_unary_unary(
-        self, continuation: Callable[..., Awaitable[Any]], details: grpc.aio.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Awaitable[Any]],
+        details: grpc.aio.ClientCallDetails,
+        request: Any,
     ) -> Any:
         labels = _labels(details, "unary")
         metrics.CLIENT_STARTED.labels(*labels).inc()
@@ -84,12 +89,15 @@ class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         return call
 
 
-class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
     def __init__(self, default_timeout: float) -> None:
         self._timeout = default_timeout
 
     async def intercept_unary_stream(
-        self, continuation: Callable[..., Awaitable[Any]], details: grpc.aio.ClientCallDetails, request: Any
+        self,
+        continuation: Callable[..., Awaitable[Any]],
+        details: grpc.aio.ClientCallDetails,
+        request: Any,
     ) -> Any:
         labels = _labels(details, "server_stream")
         metrics.CLIENT_STARTED.labels(*labels).inc()

@@ -16,7 +16,22 @@ from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 # Latency buckets from 0.5 ms to 60 s: embedding calls are ~5 ms, LLM calls minutes.
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
 )
 _CALL = ["grpc_type", "grpc_service", "grpc_method"]
 
@@ -31,7 +46,9 @@ SERVER_HANDLING_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 SERVER_INFLIGHT = Gauge(
-    "hippo_grpc_server_inflight", "RPCs being served now (health checks excluded).", ["grpc_service"]
+    "hippo_grpc_server_inflight",
+    "RPCs being served now (health checks excluded).",
+    ["grpc_service"],
 )
 SERVER_REJECTED = Counter(
     "hippo_grpc_server_rejected",
@@ -54,7 +71,7 @@ BUILD = Info("hippo_build", "The service and version this process runs.")
 
 
 def split_method(full_method: str) -> tuple[str, str]:
-    """'/hippo.embedding.v1.EmbeddingService/Embed' -> ('hippo.embedding.v1.EmbeddingService', 'Embed')."""
+    """'/pkg.v1.Service/Method' -> ('pkg.v1.Service', 'Method')."""
     _, _, rest = full_method.partition("/")
     service, _, method = rest.partition("/")
     return service, method

@@ -53,7 +53,9 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def metric(samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+def metric(
+    samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """Sum of the samples called `name` whose labels include `labels`."""
     want = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))

@@ -39,8 +39,8 @@ def shutdown() -> None:
 
 
 def server_interceptor() -> Any:
-    return aio_server_interceptor()
+    return aio_server_interceptor()  # type: ignore[no-untyped-call]
 
 
 def client_interceptors() -> list[Any]:
-    return list(aio_client_interceptors())
+    return list(aio_client_interceptors())  # type: ignore[no-untyped-call]

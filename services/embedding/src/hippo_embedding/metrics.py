@@ -7,7 +7,9 @@ from prometheus_client import Counter, Gauge, Histogram
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 BATCH_TEXTS = Histogram(
-    "hippo_embedding_batch_texts", "Texts encoded per model call (micro-batch size).", buckets=_SIZES
+    "hippo_embedding_batch_texts",
+    "Texts encoded per model call (micro-batch size).",
+    buckets=_SIZES,
 )
 BATCH_REQUESTS = Histogram(
     "hippo_embedding_batch_requests",

@@ -35,7 +35,7 @@ def tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
         try:
             return deserializer(data)
         except DecodeError:
-            field = find_bad_utf8(data, descriptor) if descriptor is not None else None
+            field = None if descriptor is None else find_bad_utf8(data, descriptor)
             if field is not None:
                 problem = "is not valid UTF-8 (a lone surrogate or a truncated character)"
                 return Undecodable(InvalidArgument(field, problem, reason="INVALID_UTF8"))
@@ -84,7 +84,7 @@ def find_bad_utf8(data: bytes, descriptor: Descriptor, prefix: str = "") -> str 
                         chunk.decode("utf-8")
                     except UnicodeDecodeError:
                         return name
-                elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type:
                     found = find_bad_utf8(chunk, field.message_type, name + ".")
                     if found is not None:
                         return found

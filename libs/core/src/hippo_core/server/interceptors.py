@@ -72,7 +72,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         service, method = metrics.split_method(details.method)
         labels = (_grpc_type(handler), service, method)
 
-        def finish(started: float, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+        def finish(
+            started: float, context: grpc.aio.ServicerContext, error: BaseException | None
+        ) -> None:
             metrics.SERVER_HANDLED.labels(*labels, _final_code(context, error)).inc()
             metrics.SERVER_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
 
@@ -120,7 +122,7 @@ def _status_details(error: HippoError, code: grpc.StatusCode) -> bytes:
         bad.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
         details.append(bad)
     status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
-    return status.SerializeToString()
+    return bytes(status.SerializeToString())
 
 
 def _trace_id() -> str:

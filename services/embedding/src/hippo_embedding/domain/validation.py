@@ -21,7 +21,9 @@ def validate(texts: Sequence[str], limits: Limits) -> None:
     if not texts:
         raise InvalidArgument("texts", "must hold at least 1 text, got 0")
     if len(texts) > limits.max_texts:
-        raise InvalidArgument("texts", f"at most {limits.max_texts} texts per call, got {len(texts)}")
+        raise InvalidArgument(
+            "texts", f"at most {limits.max_texts} texts per call, got {len(texts)}"
+        )
     for i, text in enumerate(texts):
         if len(text) > limits.max_chars:
             raise InvalidArgument(
