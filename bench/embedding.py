@@ -10,7 +10,7 @@ on the same texts (distinct texts per call, LoCoMo dev turns):
   client (vectors decoded with numpy on every call), then C concurrent single-text
   clients (micro-batching under load; requests per model call from the server's
   `hippo_embedding_batch_requests` histogram), and the server's RSS;
-* RSS of the in-process path: the peak RSS of a fresh child process that only loads the
+* RSS of the in-process path: the peak RSS (VmHWM) of a fresh child process that only loads the
   encoder and embeds one batch.
 
 Targets (gRPC / in-process, same backend and threads):
@@ -63,6 +63,8 @@ INFO_CALLS = 50  # model-free Info RPCs: the round-trip floor of the gRPC path
 TARGET_RATIO = 0.90
 TARGET_P50_MS = 2.0
 
+# ru_maxrss survives fork + exec (a child forked from a benchmark process that holds torch
+# starts with the parent's high-water mark), so the peak is VmHWM, which exec resets.
 RSS_CHILD = """
 import json, resource, sys
 from hippo_embedding import adapters
@@ -71,9 +73,12 @@ enc = adapters.load(EmbeddingSettings(backend=sys.argv[1], threads=int(sys.argv[
 texts = json.loads(sys.stdin.read())
 vectors = enc.encode(texts)
 assert vectors.shape == (len(texts), enc.dimension)
-with open("/proc/self/statm") as f:
-    rss = int(f.read().split()[1]) * resource.getpagesize()
-print(json.dumps({"peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss": rss}))
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+print(json.dumps({
+    "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "vm_hwm_kb": int(status["VmHWM"].split()[0]),
+    "vm_rss_kb": int(status["VmRSS"].split()[0]),
+}))
 """
 
 
@@ -157,6 +162,8 @@ class PathResult:
     b1_p50_ms: float = 0.0
     b1_p95_ms: float = 0.0
     b1_mean_ms: float = 0.0
+    b1_server_ms: float | None = None  # grpc: mean server handling time of a b1 Embed
+    b1_forward_ms: float | None = None  # grpc: mean model call inside it
     big_tps: float = 0.0
     big_call_ms: float = 0.0
     concurrent_tps: float | None = None
@@ -164,8 +171,9 @@ class PathResult:
     concurrent_p95_ms: float | None = None
     reqs_per_batch: float | None = None
     texts_per_batch: float | None = None
-    rss_mb: float | None = None  # in-process: child's peak; grpc: server's RSS after runs
-    rss_peak_mb: float | None = None  # peak (in-process: ru_maxrss; grpc: VmHWM)
+    rss_mb: float | None = None  # in-process: the child's peak; grpc: server RSS after the runs
+    rss_peak_mb: float | None = None  # peak: VmHWM of the child (in-process) or the server
+    rss_child_mb: dict[str, float] | None = None  # in-process child: peak, ru_maxrss, rss
     info_p50_ms: float | None = None  # grpc: p50 of the model-free Info RPC (the RPC floor)
     load_s: float = 0.0  # encoder load (in-process) or start to SERVING (grpc)
     max_abs_diff_vs_inproc: float | None = None
@@ -200,12 +208,22 @@ def run_big(
 
 
 def fill_b1_big(
-    res: PathResult, call: Callable[[list[str]], np.ndarray], plan: Plan
+    res: PathResult,
+    call: Callable[[list[str]], np.ndarray],
+    plan: Plan,
+    probe: Callable[[], dict[str, float]] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     for text in plan.warm[:WARM_CALLS]:
         call([text])
     call(plan.warm)
+    before = probe() if probe else {}
     latencies, v1 = run_b1(call, plan.b1)
+    if probe:  # where the batch-1 time goes: server handler vs model call
+        after = probe()
+        server = mean_delta(before, after, "grpc_server_handling_seconds", 'grpc_method="Embed"')
+        forward = mean_delta(before, after, "hippo_embedding_forward_seconds")
+        res.b1_server_ms = None if server is None else server * 1000
+        res.b1_forward_ms = None if forward is None else forward * 1000
     wall = sum(latencies)
     res.b1_tps = len(plan.b1) / wall
     res.b1_p50_ms = pct(latencies, 50) * 1000
@@ -240,10 +258,9 @@ def bench_inprocess(backend: str, threads: int, plan: Plan) -> tuple[PathResult,
     return res, v1 + vbig  # the encoder goes with this frame
 
 
-def inprocess_rss(
-    backend: str, threads: int, texts: list[str], timeout: float
-) -> tuple[float, float]:
-    """(peak RSS MB, RSS MB at exit) of a child that loads the encoder and embeds `texts`."""
+def inprocess_rss(backend: str, threads: int, texts: list[str], timeout: float) -> dict[str, float]:
+    """Memory of a fresh child that loads the encoder and embeds `texts`, in MB:
+    `peak` (VmHWM), `ru_maxrss` (as getrusage reports it) and `rss` (VmRSS at the end)."""
     proc = subprocess.run(
         [sys.executable, "-c", RSS_CHILD, backend, str(threads)],
         input=json.dumps(texts),
@@ -255,9 +272,12 @@ def inprocess_rss(
     )
     if proc.returncode != 0:
         raise RuntimeError(f"RSS child failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    line = proc.stdout.strip().splitlines()[-1]
-    data = json.loads(line)
-    return data["peak_kb"] / 1024, data["rss"] / 2**20
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "peak": data["vm_hwm_kb"] / 1024,
+        "ru_maxrss": data["ru_maxrss_kb"] / 1024,
+        "rss": data["vm_rss_kb"] / 1024,
+    }
 
 
 # --------------------------------------------------------------------------- gRPC
@@ -269,22 +289,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scrape_batch_requests(metrics_port: int) -> tuple[float, float, float, float]:
-    """(requests sum, count, texts sum, count) of the micro-batch histograms."""
+def scrape(metrics_port: int) -> dict[str, float]:
+    """The `_sum` and `_count` samples of the server's /metrics, keyed `name{labels}`."""
     url = f"http://{HOST}:{metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:  # fixed loopback URL
         body = resp.read().decode("utf-8")
     values: dict[str, float] = {}
     for line in body.splitlines():
-        m = re.fullmatch(r"(hippo_embedding_batch_(?:requests|texts)_(?:sum|count))\s+(\S+)", line)
+        m = re.fullmatch(r"(\w+_(?:sum|count)(?:\{[^}]*\})?)\s+(\S+)", line)
         if m:
             values[m.group(1)] = float(m.group(2))
-    return (
-        values.get("hippo_embedding_batch_requests_sum", 0.0),
-        values.get("hippo_embedding_batch_requests_count", 0.0),
-        values.get("hippo_embedding_batch_texts_sum", 0.0),
-        values.get("hippo_embedding_batch_texts_count", 0.0),
-    )
+    return values
+
+
+def mean_delta(
+    before: dict[str, float], after: dict[str, float], name: str, labels: str = ""
+) -> float | None:
+    """Mean of histogram `name` over the observations between two scrapes."""
+
+    def pick(values: dict[str, float], suffix: str) -> float:
+        total = 0.0
+        for key, value in values.items():
+            base, _, rest = key.partition("{")
+            if base == f"{name}_{suffix}" and labels in rest:
+                total += value
+        return total
+
+    count = pick(after, "count") - pick(before, "count")
+    return (pick(after, "sum") - pick(before, "sum")) / count if count > 0 else None
 
 
 def vm_hwm_mb(pid: int) -> float | None:
@@ -403,7 +435,7 @@ def bench_grpc(
                 stub.Info(embedding_pb2.InfoRequest(), timeout=call_timeout)
                 info.append(time.perf_counter() - t0)
             res.info_p50_ms = pct(info, 50) * 1000
-            v1, vbig = fill_b1_big(res, call, plan)
+            v1, vbig = fill_b1_big(res, call, plan, lambda: scrape(mport))
             if reference is not None:
                 got = v1 + vbig
                 res.max_abs_diff_vs_inproc = max(
@@ -415,7 +447,7 @@ def bench_grpc(
                 call([text])
                 return time.perf_counter() - t0
 
-            before = scrape_batch_requests(mport)
+            before = scrape(mport)
             latencies: list[float] = []
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
                 t0 = time.perf_counter()
@@ -431,18 +463,15 @@ def bench_grpc(
                         latencies.append(f.result())
                     else:
                         res.errors.append(repr(exc)[:300])
-            after = scrape_batch_requests(mport)
+            after = scrape(mport)
             if not_done:
                 res.errors.append(f"{len(not_done)} concurrent requests unfinished")
             res.concurrent_tps = len(latencies) / elapsed
             if latencies:
                 res.concurrent_p50_ms = pct(latencies, 50) * 1000
                 res.concurrent_p95_ms = pct(latencies, 95) * 1000
-            calls = after[1] - before[1]
-            if calls > 0:
-                res.reqs_per_batch = (after[0] - before[0]) / calls
-            if after[3] - before[3] > 0:
-                res.texts_per_batch = (after[2] - before[2]) / (after[3] - before[3])
+            res.reqs_per_batch = mean_delta(before, after, "hippo_embedding_batch_requests")
+            res.texts_per_batch = mean_delta(before, after, "hippo_embedding_batch_texts")
 
             res.rss_mb = psutil.Process(proc.pid).memory_info().rss / 2**20
             res.rss_peak_mb = vm_hwm_mb(proc.pid)
@@ -482,6 +511,8 @@ def table(results: list[PathResult], batch: int) -> str:
             fmt(r.reqs_per_batch, 2),
             fmt(r.rss_mb, 0),
         ]
+        if r.big_tps
+        else [r.backend, str(r.threads), r.path, *(["failed"] + ["-"] * 6)]
         for r in results
     ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
@@ -503,8 +534,8 @@ def ratios(results: list[PathResult], batch: int) -> list[dict[str, Any]]:
     for backend, threads in keys:
         pair = {r.path: r for r in results if (r.backend, r.threads) == (backend, threads)}
         local, remote = pair.get("in-process"), pair.get("grpc")
-        if local is None or remote is None or not local.big_tps:
-            continue
+        if local is None or remote is None or not local.big_tps or not remote.big_tps:
+            continue  # a path failed: its errors are printed instead
         ratio = remote.big_tps / local.big_tps
         diff = remote.b1_p50_ms - local.b1_p50_ms
         out.append(
@@ -711,8 +742,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             local, reference = bench_inprocess(backend, threads, plan)
             if not args.no_rss_child:
                 try:
-                    local.rss_mb, _ = inprocess_rss(backend, threads, plan.warm, timeout=300)
-                    local.rss_peak_mb = local.rss_mb
+                    child = inprocess_rss(backend, threads, plan.warm, timeout=300)
+                    local.rss_mb = local.rss_peak_mb = child["peak"]
+                    local.rss_child_mb = child
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                     local.errors.append(f"rss child: {exc}"[:500])
             results.append(local)
@@ -737,7 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(table(results, batch))
     print(
-        "RSS: in-process = peak RSS of a fresh child that loads the encoder and embeds one "
+        "RSS: in-process = peak RSS (VmHWM) of a fresh child that loads the encoder and embeds one "
         "batch; grpc = server RSS after the runs (server peak: "
         + ", ".join(
             f"{r.backend} t{r.threads} {fmt(r.rss_peak_mb, 0)} MB"
@@ -749,9 +781,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = ratios(results, batch)
     print()
     print(ratio_text(rows, batch))
+    inproc_mean = {(r.backend, r.threads): r.b1_mean_ms for r in results if r.path != "grpc"}
     for r in results:
         if r.info_p50_ms is not None:
-            print(f"  {r.backend} t{r.threads}: Info RPC (no model) p50 {r.info_p50_ms:.2f} ms")
+            print(
+                f"  {r.backend} t{r.threads} grpc b1: client mean {r.b1_mean_ms:.2f} ms = "
+                f"server handler {fmt(r.b1_server_ms, 2)} ms (of which model call "
+                f"{fmt(r.b1_forward_ms, 2)} ms) + client/wire; in-process mean "
+                f"{fmt(inproc_mean.get((r.backend, r.threads)), 2)} ms; "
+                f"Info RPC (no model) p50 {r.info_p50_ms:.2f} ms"
+            )
         if r.max_abs_diff_vs_inproc is not None:
             print(
                 f"  {r.backend} t{r.threads}: max |gRPC - in-process| over the b1 and "
