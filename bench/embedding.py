@@ -22,6 +22,9 @@ Run:
     .venv/bin/python bench/embedding.py --threads 1,2
     .venv/bin/python bench/embedding.py --quick          # smoke run
 
+Each configuration runs --rounds times (default 3), in-process and gRPC alternating;
+every figure is the median over rounds, since this 2-core machine is noisy (+-10%).
+
 Writes a table to stdout, every figure to `bench/out/embedding.json` (`--json`) and a bar
 chart to `bench/out/embedding.png` (`--png`).
 """
@@ -38,12 +41,10 @@ import platform
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -52,12 +53,15 @@ from typing import Any
 
 import numpy as np
 
+from hippo_core import testing
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 OUT_DIR = ROOT / "bench" / "out"
 HOST = "127.0.0.1"
 SERVICE = "hippo.embedding.v1.EmbeddingService"
 DIMENSION = 384
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # testing.scrape()
 WARM_CALLS = 5  # single-text warm-up calls before each measured path
 INFO_CALLS = 50  # model-free Info RPCs: the round-trip floor of the gRPC path
 TARGET_RATIO = 0.90
@@ -178,6 +182,21 @@ class PathResult:
     load_s: float = 0.0  # encoder load (in-process) or start to SERVING (grpc)
     max_abs_diff_vs_inproc: float | None = None
     errors: list[str] = field(default_factory=list)
+    rounds: int = 1  # how many rounds the figures are the median of
+
+
+def median_result(rounds: list[PathResult]) -> PathResult:
+    """One result per path: the median of each figure over the rounds that measured it."""
+    first = rounds[0]
+    merged = PathResult(first.backend, first.threads, first.path)
+    for name, value in asdict(first).items():
+        if isinstance(value, float) or (value is None and name != "rss_child_mb"):
+            seen = [getattr(r, name) for r in rounds if isinstance(getattr(r, name), float)]
+            setattr(merged, name, float(np.median(seen)) if seen else None)
+    merged.rss_child_mb = first.rss_child_mb
+    merged.errors = [e for r in rounds for e in r.errors]
+    merged.rounds = len(rounds)
+    return merged
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -211,7 +230,7 @@ def fill_b1_big(
     res: PathResult,
     call: Callable[[list[str]], np.ndarray],
     plan: Plan,
-    probe: Callable[[], dict[str, float]] | None = None,
+    probe: Callable[[], Samples] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     for text in plan.warm[:WARM_CALLS]:
         call([text])
@@ -220,7 +239,7 @@ def fill_b1_big(
     latencies, v1 = run_b1(call, plan.b1)
     if probe:  # where the batch-1 time goes: server handler vs model call
         after = probe()
-        server = mean_delta(before, after, "grpc_server_handling_seconds", 'grpc_method="Embed"')
+        server = mean_delta(before, after, "grpc_server_handling_seconds", grpc_method="Embed")
         forward = mean_delta(before, after, "hippo_embedding_forward_seconds")
         res.b1_server_ms = None if server is None else server * 1000
         res.b1_forward_ms = None if forward is None else forward * 1000
@@ -283,40 +302,19 @@ def inprocess_rss(backend: str, threads: int, texts: list[str], timeout: float) 
 # --------------------------------------------------------------------------- gRPC
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+def scrape(metrics_port: int) -> Samples:
+    return testing.scrape(f"http://{HOST}:{metrics_port}/metrics")
 
 
-def scrape(metrics_port: int) -> dict[str, float]:
-    """The `_sum` and `_count` samples of the server's /metrics, keyed `name{labels}`."""
-    url = f"http://{HOST}:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:  # fixed loopback URL
-        body = resp.read().decode("utf-8")
-    values: dict[str, float] = {}
-    for line in body.splitlines():
-        m = re.fullmatch(r"(\w+_(?:sum|count)(?:\{[^}]*\})?)\s+(\S+)", line)
-        if m:
-            values[m.group(1)] = float(m.group(2))
-    return values
-
-
-def mean_delta(
-    before: dict[str, float], after: dict[str, float], name: str, labels: str = ""
-) -> float | None:
+def mean_delta(before: Samples, after: Samples, name: str, **labels: str) -> float | None:
     """Mean of histogram `name` over the observations between two scrapes."""
-
-    def pick(values: dict[str, float], suffix: str) -> float:
-        total = 0.0
-        for key, value in values.items():
-            base, _, rest = key.partition("{")
-            if base == f"{name}_{suffix}" and labels in rest:
-                total += value
-        return total
-
-    count = pick(after, "count") - pick(before, "count")
-    return (pick(after, "sum") - pick(before, "sum")) / count if count > 0 else None
+    count = testing.metric(after, f"{name}_count", **labels) - testing.metric(
+        before, f"{name}_count", **labels
+    )
+    total = testing.metric(after, f"{name}_sum", **labels) - testing.metric(
+        before, f"{name}_sum", **labels
+    )
+    return total / count if count > 0 else None
 
 
 def vm_hwm_mb(pid: int) -> float | None:
@@ -335,9 +333,9 @@ def embedding_server(
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = testing.free_port(), testing.free_port()
     while metrics_port == port:
-        metrics_port = free_port()
+        metrics_port = testing.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIPPO_EMBEDDING_")}
     env.update(
         HIPPO_EMBEDDING_HOST=HOST,
@@ -664,6 +662,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="single-text requests in the concurrent run (default 256; 64 with --quick)",
     )
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternate in-process and gRPC this many times per config; figures are the "
+        "medians over rounds (default 3)",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: N=40, M=3, 64 concurrent requests (explicit flags win)",
@@ -717,7 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [b for b in backends if b not in ("onnx", "torch")]
     if bad or not backends or not threads_list or min(threads_list) < 1:
         raise SystemExit(f"bad --backends/--threads: {args.backends!r} {args.threads!r}")
-    if min(n, m, requests, args.concurrency, args.batch_size) < 1:
+    if min(n, m, requests, args.concurrency, args.batch_size, args.rounds) < 1:
         raise SystemExit("counts must be >= 1")
 
     batch = args.batch_size
@@ -738,33 +743,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     for backend in backends:
         for threads in threads_list:
             label = f"{backend} threads={threads}"
-            print(f"[{time.perf_counter() - started:6.1f}s] {label}: in-process", flush=True)
-            local, reference = bench_inprocess(backend, threads, plan)
-            if not args.no_rss_child:
+            local_rounds: list[PathResult] = []
+            remote_rounds: list[PathResult] = []
+            # In-process and gRPC alternate, round after round, and each figure is the
+            # median over rounds: a slow minute of the machine hits both paths alike.
+            for round_no in range(1, args.rounds + 1):
+                tag = f"{label} round {round_no}/{args.rounds}"
+                print(f"[{time.perf_counter() - started:6.1f}s] {tag}: in-process", flush=True)
+                local, reference = bench_inprocess(backend, threads, plan)
+                if round_no == 1 and not args.no_rss_child:
+                    try:
+                        child = inprocess_rss(backend, threads, plan.warm, timeout=300)
+                        local.rss_mb = local.rss_peak_mb = child["peak"]
+                        local.rss_child_mb = child
+                    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                        local.errors.append(f"rss child: {exc}"[:500])
+                local_rounds.append(local)
+                print(f"[{time.perf_counter() - started:6.1f}s] {tag}: gRPC", flush=True)
                 try:
-                    child = inprocess_rss(backend, threads, plan.warm, timeout=300)
-                    local.rss_mb = local.rss_peak_mb = child["peak"]
-                    local.rss_child_mb = child
-                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
-                    local.errors.append(f"rss child: {exc}"[:500])
-            results.append(local)
-            print(f"[{time.perf_counter() - started:6.1f}s] {label}: gRPC", flush=True)
-            try:
-                remote = bench_grpc(
-                    backend,
-                    threads,
-                    plan,
-                    args.concurrency,
-                    args.call_timeout,
-                    args.ready_timeout,
-                    reference,
-                )
-            except Exception as exc:  # report the failure, go on with the next config
-                remote = PathResult(backend, threads, "grpc", errors=[repr(exc)[:2000]])
-                print(f"  gRPC run failed: {exc!r}", file=sys.stderr)
-            results.append(remote)
-            del reference
-            gc.collect()
+                    remote = bench_grpc(
+                        backend,
+                        threads,
+                        plan,
+                        args.concurrency,
+                        args.call_timeout,
+                        args.ready_timeout,
+                        reference,
+                    )
+                except Exception as exc:  # report the failure, go on with the next config
+                    remote = PathResult(backend, threads, "grpc", errors=[repr(exc)[:2000]])
+                    print(f"  gRPC run failed: {exc!r}", file=sys.stderr)
+                remote_rounds.append(remote)
+                del reference
+                gc.collect()
+            results.append(median_result(local_rounds))
+            results.append(median_result(remote_rounds))
 
     print()
     print(table(results, batch))
@@ -818,6 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "b1_calls": n,
             "big_calls": m,
             "batch_size": batch,
+            "rounds": args.rounds,
             "concurrency": args.concurrency,
             "concurrent_requests": requests,
             "corpus": source,
