@@ -47,7 +47,8 @@ run: $(STAMP) proto-check ## Install, then start the whole cluster locally (Ctrl
 	HF_HUB_OFFLINE=1 $(BIN)/hippo up
 
 bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
-	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding_parity.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py --threads 1,2
 
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out

@@ -1,0 +1,46 @@
+"""One trace per request: the trace context crosses services in gRPC metadata."""
+
+from __future__ import annotations
+
+import grpc
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from core_harness import Harness, start
+from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from hippo_core import client, tracing
+from hippo_core.settings import ServiceSettings
+
+
+async def test_downstream_server_span_joins_the_callers_trace(harness: Harness) -> None:
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+    leaf = await start(ServiceSettings(grace_seconds=1.0))
+    await leaf.runner.ready.wait()
+
+    async def answer(request, context):  # type: ignore[no-untyped-def]
+        return embedding_pb2.EmbedResponse(count=1)
+
+    async def forward(request, context):  # type: ignore[no-untyped-def]
+        async with client.channel(leaf.addr) as channel:
+            return await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(request, timeout=5)
+
+    leaf.servicer.behaviour = answer
+    harness.servicer.behaviour = forward
+    try:
+        async with grpc.aio.insecure_channel(harness.addr) as channel:
+            await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+                embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
+            )
+    finally:
+        await leaf.runner.stop()
+    spans = [s for s in exporter.get_finished_spans() if "Embed" in s.name]
+    servers = [s for s in spans if s.kind == SpanKind.SERVER]
+    clients = [s for s in spans if s.kind == SpanKind.CLIENT]
+    assert len(servers) == 2 and len(clients) == 1
+    assert len({s.context.trace_id for s in spans}) == 1  # one trace end to end
+    outer = next(s for s in servers if s.parent is None or s.parent.is_remote is False)
+    inner = next(s for s in servers if s is not outer)
+    assert clients[0].parent is not None and clients[0].parent.span_id == outer.context.span_id
+    assert inner.parent is not None and inner.parent.span_id == clients[0].context.span_id
