@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import grpc
+from core_harness import Harness, start
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from core_harness import Harness, start
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client, tracing
 from hippo_core.settings import ServiceSettings

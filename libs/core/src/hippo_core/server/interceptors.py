@@ -45,19 +45,10 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
         remaining = context.time_remaining()
         expired = remaining is not None and remaining <= 0
         return "DEADLINE_EXCEEDED" if expired else "CANCELLED"
-    code = context.code()
+    code = context.code()  # set by abort() or set_code(); None when the handler returned
     if code is None:
         return "OK" if error is None else "UNKNOWN"
-    if isinstance(code, grpc.StatusCode):
-        return str(code.name)
-    return grpc.StatusCode(code).name if not isinstance(code, int) else _code_name(code)
-
-
-def _code_name(value: int) -> str:
-    for code in grpc.StatusCode:
-        if code.value[0] == value:
-            return str(code.name)
-    return "UNKNOWN"
+    return str(code.name) if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
