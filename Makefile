@@ -4,15 +4,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e libs/cli
-SOURCES := libs/core/src libs/cli/src services/embedding/src bench scripts
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/retrieval -e libs/cli
+SOURCES := libs/core/src libs/cli/src services/embedding/src services/retrieval/src bench scripts
+TESTS := tests libs/core/tests services/embedding/tests services/retrieval/tests
 
 .DEFAULT_GOAL := help
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml services/embedding/pyproject.toml requirements-dev.txt
+$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml services/*/pyproject.toml requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: the CPU build on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
@@ -31,14 +32,14 @@ env-example: $(STAMP) ## Regenerate deploy/hippo.env.example from the settings c
 	$(BIN)/hippo env-example > deploy/hippo.env.example
 
 lint: $(STAMP) ## ruff + mypy on hand-written code, buf lint on the protos
-	$(BIN)/ruff check $(SOURCES) tests libs/core/tests services/embedding/tests
-	$(BIN)/ruff format --check $(SOURCES) tests libs/core/tests services/embedding/tests
+	$(BIN)/ruff check $(SOURCES) $(TESTS)
+	$(BIN)/ruff format --check $(SOURCES) $(TESTS)
 	$(BIN)/mypy $(SOURCES)
 	cd protos && ../$(BIN)/buf lint
 
 fmt: $(STAMP) ## Format and autofix hand-written code
-	$(BIN)/ruff format $(SOURCES) tests libs/core/tests services/embedding/tests
-	$(BIN)/ruff check --fix $(SOURCES) tests libs/core/tests services/embedding/tests
+	$(BIN)/ruff format $(SOURCES) $(TESTS)
+	$(BIN)/ruff check --fix $(SOURCES) $(TESTS)
 
 test: $(STAMP) proto-check ## Install what is needed, then run every test (real models, real gRPC)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest

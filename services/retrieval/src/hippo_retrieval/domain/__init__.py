@@ -1,0 +1,1 @@
+"""Retrieval domain: models, ports and fusion. No grpc, no generated code."""

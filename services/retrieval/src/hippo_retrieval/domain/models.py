@@ -1,0 +1,102 @@
+"""Values the retrieval domain works with.
+
+Times are UTC epoch microseconds (int): exact, orderable, and what every store can
+index as an integer. Vectors are float32 unit rows (cosine = dot product).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class Mode(StrEnum):
+    HYBRID = "hybrid"
+    LEXICAL = "lexical"
+    SEMANTIC = "semantic"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a read may look. Tenant and user are always required; every store adapter
+    applies all of it inside its own query (SQL WHERE, Tantivy term clauses, Qdrant
+    `must` filter), never by filtering results afterwards."""
+
+    tenant: str
+    user: str
+    session: str | None = None
+    start_us: int | None = None  # inclusive
+    end_us: int | None = None  # exclusive
+    roles: frozenset[Role] = frozenset()
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A turn to store; `memory_id` is already deterministic (see ids.py)."""
+
+    memory_id: str
+    tenant: str
+    user: str
+    session: str
+    role: Role
+    text: str
+    time_us: int
+    client_id: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    vector: Vector | None = None  # kept in the turn store so indexes rebuild without re-embedding
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    seq: int  # monotonically increasing per store; the order indexes apply changes in
+    memory_id: str
+    tenant: str
+    user: str
+    session: str
+    role: Role
+    text: str
+    time_us: int
+    client_id: str
+    metadata: Mapping[str, str]
+    vector: Vector | None
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A change-log entry: the turn `memory_id` of `tenant` was erased at `seq`."""
+
+    seq: int
+    tenant: str
+    memory_id: str
+
+
+Change = StoredTurn | Deletion
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One retriever's result; its rank is its 1-based position in the list."""
+
+    memory_id: str
+    score: float
+
+
+@dataclass(frozen=True)
+class FusedHit:
+    memory_id: str
+    fused_score: float
+    ranks: Mapping[str, int]  # retriever name -> 1-based rank; absent = not found by it
+    scores: Mapping[str, float]  # retriever name -> its own score

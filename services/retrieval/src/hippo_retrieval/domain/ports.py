@@ -1,0 +1,75 @@
+"""Ports: what the retrieval domain needs from its stores.
+
+The turn store is the source of truth; both indexes are projections that remember the
+last sequence number they applied and catch up from the store's change feed. Every
+method takes the tenant (and user) and applies it inside the adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from hippo_retrieval.domain.models import Candidate, Change, NewTurn, Scope, StoredTurn, Vector
+
+
+class TurnStore(Protocol):
+    def append(self, turns: Sequence[NewTurn]) -> list[tuple[StoredTurn, bool]]:
+        """Store all turns in one durable transaction, or none. A memory_id that already
+        exists is not written again: (the stored turn, False). Returns once committed."""
+        ...
+
+    def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
+        """The turns with these ids inside tenant and user, in the order asked; missing skipped."""
+        ...
+
+    def changes(self, after_seq: int, limit: int) -> list[Change]:
+        """Writes and deletions with seq > after_seq, in seq order (the indexes' feed)."""
+        ...
+
+    def delete(
+        self, tenant: str, user: str, *, session: str | None = None, memory_ids: Sequence[str] = ()
+    ) -> list[str]:
+        """Erase the user's turns (all, one session's, or the given ids) durably; the text
+        is gone, a Deletion per turn stays in the change feed. Returns the erased ids."""
+        ...
+
+    def last_seq(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class LexicalIndex(Protocol):
+    """BM25 over the turn text, scoped by tenant/user/session/time/role."""
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Apply writes and deletions in order; visible to search after the next commit."""
+        ...
+
+    def commit(self) -> None:
+        """Make applied changes searchable and durable, recording the last applied seq."""
+        ...
+
+    def applied_seq(self) -> int:
+        """The seq of the last committed change (0 for a new index)."""
+        ...
+
+    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        """Best first. Any user text is searched as plain words; never raises on syntax."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class VectorIndex(Protocol):
+    """Cosine nearest neighbours over turn vectors, scoped like LexicalIndex."""
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Upsert the turns that carry a vector, delete the deleted; durable on return."""
+        ...
+
+    def applied_seq(self) -> int: ...
+
+    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]: ...
+
+    def close(self) -> None: ...
