@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,10 +79,11 @@ def _stop(running: list[Running]) -> None:
         click.echo(f"  {item.spec.name} stopped (exit code {item.process.returncode})")
 
 
-async def _wait_ready(item: Running, timeout: float) -> bool:
+async def _wait_ready(item: Running, timeout: float, stopping: Callable[[], bool]) -> bool:
+    """True once SERVING; False if the process dies, Ctrl-C arrives or time runs out."""
     ready = asyncio.create_task(wait_serving(item.addr, item.spec.full_name, timeout))
     while not ready.done():
-        if item.process.poll() is not None:
+        if item.process.poll() is not None or stopping():
             ready.cancel()
             return False
         await asyncio.sleep(0.2)
@@ -126,7 +128,13 @@ def up(settings: CliSettings) -> int:
             item = _start(spec, data_dir)
             running.append(item)
             started = time.monotonic()
-            if not asyncio.run(_wait_ready(item, settings.startup_timeout_seconds)):
+            ready = asyncio.run(
+                _wait_ready(item, settings.startup_timeout_seconds, lambda: stop["now"])
+            )
+            if stop["now"]:
+                click.echo(" interrupted")
+                return 130
+            if not ready:
                 click.echo(" failed")
                 click.echo(
                     f"{spec.name} did not become SERVING; last log lines:\n{_tail(item.log)}",
@@ -134,8 +142,6 @@ def up(settings: CliSettings) -> int:
                 )
                 return 1
             click.echo(f" SERVING on {item.addr} ({time.monotonic() - started:.1f} s)")
-            if stop["now"]:
-                return 130
         _banner(running)
         while not stop["now"]:
             for item in running:
