@@ -1,0 +1,393 @@
+"""The turn store: SQLite, the retrieval service's source of truth.
+
+Every turn is written here before any index sees it; Tantivy and Qdrant are projections
+that can be rebuilt from this file alone (the vector is kept for that reason, so a rebuild
+never re-embeds). Hence the durability settings: WAL mode with `synchronous=FULL`, so
+`append` returns only after its transaction is committed and fsynced — an acknowledged
+turn survives a crash or power cut.
+
+Puts and deletions draw their seq from ONE monotonically increasing sequence (the
+`changes` table's AUTOINCREMENT key; a turn's seq is the seq of its put). A projection
+that remembers the last seq it applied can therefore catch up after a restart by reading
+`changes(after_seq, ...)` and applying entries in that order: a deletion always sorts
+after the put it erases, so no index can resurrect an erased turn by replaying late.
+
+Tenancy is applied in SQL (`WHERE tenant = ? AND user_id = ?`) in every read and delete,
+never by filtering rows in Python afterwards.
+
+Erasure means the text is gone from the file, not just unreachable: `secure_delete`
+zeroes freed content, and a delete ends with a truncating WAL checkpoint (see `delete`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hippo_core.errors import FailedPrecondition, InvalidArgument
+from hippo_retrieval.domain.models import Change, Deletion, NewTurn, Role, StoredTurn, Vector
+
+_log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+# SQLite's default limit on bound parameters is 32766 since 3.32, but older builds allow
+# only 999; chunking keeps `IN (...)` lists portable.
+_MAX_IN = 500
+
+_SCHEMA = """
+CREATE TABLE changes (
+    seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+    op        TEXT NOT NULL CHECK (op IN ('put', 'delete')),
+    tenant    TEXT NOT NULL,
+    memory_id TEXT NOT NULL
+);
+CREATE TABLE turns (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    memory_id  TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    user_id    TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    role       TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    time_us    INTEGER NOT NULL,
+    client_id  TEXT NOT NULL,
+    metadata   TEXT NOT NULL,
+    vector     BLOB,
+    UNIQUE (tenant, memory_id)
+);
+CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id);
+CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
+"""
+
+_TURN_COLUMNS = (
+    "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
+    "t.client_id, t.metadata, t.vector"
+)
+
+
+class SqliteTurnStore:
+    """`TurnStore` on one SQLite file. Thread-safe: one connection behind one lock, because
+    the service calls it from worker threads and a sqlite3 connection is not safe to share
+    unguarded."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
+        self._path = Path(path)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._closed = False
+        # isolation_level=None: no implicit transactions; every write opens its own
+        # BEGIN IMMEDIATE so the write lock is taken up front, not on the first UPDATE.
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            self._configure(conn, busy_timeout_ms)
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    # -- setup -------------------------------------------------------------------------
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            # Some filesystems (network mounts) cannot hold a WAL; running in another mode
+            # would silently change the durability we promise.
+            raise FailedPrecondition(f"turn store: journal_mode WAL not available (got {mode})")
+        # FULL, not NORMAL: in WAL mode NORMAL may lose the last commits on power loss,
+        # and an acknowledged turn must not be lost.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Zero freed content, so erased text does not linger in free pages or cells.
+        conn.execute("PRAGMA secure_delete = ON")
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION:
+                # A newer binary wrote this file; guessing its layout could corrupt it.
+                raise FailedPrecondition(
+                    f"turn store: schema version {version} is not supported "
+                    f"(this build knows {SCHEMA_VERSION})"
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise FailedPrecondition("turn store is closed")
+            yield self._conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._locked() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                # A failed COMMIT can leave the transaction open; never leave the shared
+                # connection mid-transaction for the next caller.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    # -- TurnStore ---------------------------------------------------------------------
+
+    def append(self, turns: Sequence[NewTurn]) -> list[tuple[StoredTurn, bool]]:
+        """Store all turns in one transaction, or none; returns after the commit is fsynced.
+
+        An id already stored in the tenant — or repeated earlier in this batch — is not
+        written again: (the stored turn, False). Reusing an id of another user in the same
+        tenant is refused (InvalidArgument, nothing written): answering with that user's
+        turn would leak it across the user boundary.
+        """
+        if not turns:
+            return []
+        rows = [_to_row(turn) for turn in turns]  # validate before taking the write lock
+        out: list[tuple[StoredTurn, bool]] = []
+        with self._transaction() as conn:
+            for turn, row in zip(turns, rows, strict=True):
+                existing = self._find(conn, turn.tenant, turn.memory_id)
+                if existing is not None:
+                    if existing.user != turn.user:
+                        raise InvalidArgument(
+                            "memory_id", "already used by another user in this tenant"
+                        )
+                    out.append((existing, False))
+                    continue
+                out.append((self._insert(conn, turn, row), True))
+        return out
+
+    def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
+        """The turns with these ids inside tenant and user, in the order asked; missing
+        ids are skipped and a repeated id is returned once (at its first position)."""
+        wanted = list(dict.fromkeys(memory_ids))
+        found: dict[str, StoredTurn] = {}
+        with self._locked() as conn:
+            for start in range(0, len(wanted), _MAX_IN):
+                chunk = wanted[start : start + _MAX_IN]
+                marks = ",".join("?" * len(chunk))
+                cursor = conn.execute(
+                    f"SELECT {_TURN_COLUMNS} FROM turns t "
+                    f"WHERE t.tenant = ? AND t.user_id = ? AND t.memory_id IN ({marks})",
+                    (tenant, user, *chunk),
+                )
+                for row in cursor:
+                    turn = _from_row(row)
+                    found[turn.memory_id] = turn
+        return [found[i] for i in wanted if i in found]
+
+    def changes(self, after_seq: int, limit: int) -> list[Change]:
+        """Puts and deletions with seq > after_seq, in seq order, at most `limit` entries.
+
+        A put whose turn has since been erased is left out: its Deletion, later in the
+        feed, supersedes it, and the text no longer exists to be sent. So seqs in the
+        result may have gaps; `limit` counts returned entries, so a short page means the
+        feed is exhausted.
+        """
+        if limit < 1:
+            raise InvalidArgument("limit", "must be at least 1")
+        with self._locked() as conn:
+            rows = conn.execute(
+                f"SELECT c.seq, c.op, c.tenant, c.memory_id, {_TURN_COLUMNS} "
+                "FROM changes c LEFT JOIN turns t ON t.seq = c.seq "
+                "WHERE c.seq > ? AND (c.op = 'delete' OR t.seq IS NOT NULL) "
+                "ORDER BY c.seq LIMIT ?",
+                (after_seq, limit),
+            ).fetchall()
+        out: list[Change] = []
+        for row in rows:
+            seq, op, tenant, memory_id = row[:4]
+            if op == "delete":
+                out.append(Deletion(seq=int(seq), tenant=str(tenant), memory_id=str(memory_id)))
+            else:
+                out.append(_from_row(row[4:]))
+        return out
+
+    def delete(
+        self, tenant: str, user: str, *, session: str | None = None, memory_ids: Sequence[str] = ()
+    ) -> list[str]:
+        """Erase the user's turns — all of them, one session's, or the listed ids (given
+        both, the listed ids within that session) — in one transaction, recording a
+        Deletion per erased turn. Returns the erased ids in the order they were written."""
+        where = "tenant = ? AND user_id = ?"
+        params: list[Any] = [tenant, user]
+        if session is not None:
+            where += " AND session_id = ?"
+            params.append(session)
+        ids = list(dict.fromkeys(memory_ids))
+        with self._transaction() as conn:
+            victims: list[tuple[int, str]] = []
+            if ids:
+                for start in range(0, len(ids), _MAX_IN):
+                    chunk = ids[start : start + _MAX_IN]
+                    marks = ",".join("?" * len(chunk))
+                    victims += conn.execute(
+                        f"SELECT seq, memory_id FROM turns WHERE {where} "
+                        f"AND memory_id IN ({marks})",
+                        (*params, *chunk),
+                    ).fetchall()
+            else:
+                victims = conn.execute(
+                    f"SELECT seq, memory_id FROM turns WHERE {where}", params
+                ).fetchall()
+            victims.sort()
+            for seq, memory_id in victims:
+                conn.execute("DELETE FROM turns WHERE seq = ?", (seq,))
+                conn.execute(
+                    "INSERT INTO changes (op, tenant, memory_id) VALUES ('delete', ?, ?)",
+                    (tenant, memory_id),
+                )
+        if victims:
+            self._purge_wal()
+        return [str(memory_id) for _, memory_id in victims]
+
+    def last_seq(self) -> int:
+        """The highest seq ever handed out (0 for a new store); survives restarts."""
+        with self._locked() as conn:
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def count(self, tenant: str, user: str) -> int:
+        """How many turns the user has stored in the tenant."""
+        with self._locked() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM turns WHERE tenant = ? AND user_id = ?", (tenant, user)
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the connection (idempotent). The last close checkpoints and removes the WAL."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _purge_wal(self) -> None:
+        # The WAL still holds the frames written when the erased turns were stored, and a
+        # normal checkpoint only rewinds the WAL without shrinking it, so those frames
+        # (with the text) could sit in the -wal file indefinitely. TRUNCATE copies the
+        # zeroed pages into the main file and cuts the WAL to zero bytes.
+        with self._locked() as conn:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            # The delete is committed; only the scrub waits. A reader in another process
+            # holds the WAL; the next delete or the last close completes it.
+            _log.warning("turn store: WAL checkpoint after delete was blocked by a reader")
+
+    @staticmethod
+    def _find(conn: sqlite3.Connection, tenant: str, memory_id: str) -> StoredTurn | None:
+        row = conn.execute(
+            f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.memory_id = ?",
+            (tenant, memory_id),
+        ).fetchone()
+        return _from_row(row) if row is not None else None
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, turn: NewTurn, row: _Row) -> StoredTurn:
+        # The put's change-log seq becomes the turn's seq: one sequence for puts and
+        # deletes, so the feed and the rows can never disagree about order.
+        cursor = conn.execute(
+            "INSERT INTO changes (op, tenant, memory_id) VALUES ('put', ?, ?)",
+            (turn.tenant, turn.memory_id),
+        )
+        seq = cursor.lastrowid
+        assert seq is not None
+        conn.execute(
+            "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
+            "time_us, client_id, metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, *row),
+        )
+        return StoredTurn(
+            seq=seq,
+            memory_id=turn.memory_id,
+            tenant=turn.tenant,
+            user=turn.user,
+            session=turn.session,
+            role=Role(turn.role),
+            text=turn.text,
+            time_us=turn.time_us,
+            client_id=turn.client_id,
+            metadata=dict(turn.metadata),
+            vector=_decode_vector(row[-1]),
+        )
+
+
+_Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None]
+
+
+def _to_row(turn: NewTurn) -> _Row:
+    blob: bytes | None = None
+    if turn.vector is not None:
+        vector = np.asarray(turn.vector)
+        if vector.ndim != 1:
+            raise InvalidArgument("vector", "must be one-dimensional")
+        # Fixed little-endian float32, so the file means the same on any machine.
+        blob = vector.astype("<f4").tobytes()
+    return (
+        turn.memory_id,
+        turn.tenant,
+        turn.user,
+        turn.session,
+        Role(turn.role).value,
+        turn.text,
+        turn.time_us,
+        turn.client_id,
+        _encode_metadata(turn.metadata),
+        blob,
+    )
+
+
+def _encode_metadata(metadata: Mapping[str, str]) -> str:
+    # Sorted keys: equal metadata is byte-equal, so rows compare and hash stably.
+    return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False)
+
+
+def _decode_vector(blob: bytes | None) -> Vector | None:
+    if blob is None:
+        return None
+    # frombuffer shares the (immutable) bytes; the copy gives callers their own array.
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32, copy=True)
+
+
+def _from_row(row: Sequence[Any]) -> StoredTurn:
+    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob = row
+    return StoredTurn(
+        seq=int(seq),
+        memory_id=str(memory_id),
+        tenant=str(tenant),
+        user=str(user),
+        session=str(session),
+        role=Role(role),
+        text=str(text),
+        time_us=int(time_us),
+        client_id=str(client_id),
+        metadata={str(k): str(v) for k, v in json.loads(meta).items()},
+        vector=_decode_vector(blob),
+    )
