@@ -1,0 +1,338 @@
+"""The embedded vector index: Qdrant's own engine in-process (`qdrant_edge.EdgeShard`).
+
+Why this is the default: qdrant-edge is the real Qdrant storage engine (WAL, segments,
+HNSW, payload indexes, filtered search) linked into the process, so a single-node Hippo
+gets Qdrant's behaviour without a server. qdrant-client's "local mode" looks similar but
+is a pure-Python brute force that filters in Python (≈150 ms per filtered query at 10k
+points), so it only serves as a test double for `QdrantVectorIndex`, never as a store.
+
+Layout. `path` is the shard directory (owned by the engine). Next to it,
+`<path>.applied.json` records the last change-feed seq applied; it is written atomically
+(temp file, fsync, os.replace, fsync of the directory) only after `EdgeShard.flush()`
+returned, so after a crash it can lag the shard (the projector replays, which is
+idempotent) but never lead it. Creating a new shard resets it to 0, so a deleted shard
+directory next to a stale sidecar cannot claim data it no longer has.
+
+Points. The point id is the memory_id (a UUID string, which the engine accepts as a
+point id); the payload is {memory_id, tenant, user_id, session_id, role, time_us}, with
+keyword indexes on the strings and an integer index on time_us. No text goes here: the
+turn store holds the text. Upserts are conditional on the tenant (an existing point is
+replaced only by its own tenant's write). Every search carries tenant and user (plus the optional
+session, roles and time range) in the engine's `must` filter, never filtered afterwards;
+a deletion deletes by filter (tenant AND id), so one tenant's deletion cannot touch
+another tenant's point.
+
+One owner per shard: the engine locks its WAL, so a second `EdgeVectorIndex` on the same
+path (in this process or another) fails with `ShardLockedError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HasIdCondition,
+    KeywordIndexParams,
+    MatchAny,
+    MatchValue,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    RangeFloat,
+    UpdateOperation,
+)
+
+from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn, Vector
+
+# Payload keys, shared with qdrant_vectors.py so both adapters index the same fields.
+MEMORY_ID = "memory_id"
+TENANT = "tenant"
+USER = "user_id"
+SESSION = "session_id"
+ROLE = "role"
+TIME = "time_us"
+KEYWORD_FIELDS = (TENANT, USER, SESSION, ROLE)
+
+_SIDECAR_SUFFIX = ".applied.json"
+
+log = logging.getLogger(__name__)
+
+
+class ShardLockedError(RuntimeError):
+    """Another EdgeVectorIndex (this process or another) already owns the shard's WAL."""
+
+
+_ID_NAMESPACE = uuid.UUID("3b0f3c0e-5d7a-4c61-9a0e-7f1d2b8c4e55")  # fixed forever
+
+
+def point_id(memory_id: str) -> str:
+    """The point id for a memory_id: memory ids are UUIDs (ids.py) and are used as they
+    are, in canonical form; anything else maps to a stable uuid5 rather than wedging the
+    projector. Results always report the payload's memory_id, never the point id."""
+    try:
+        return str(uuid.UUID(memory_id))
+    except ValueError:
+        return str(uuid.uuid5(_ID_NAMESPACE, memory_id))
+
+
+def vector_list(vector: Vector, dimension: int, what: str) -> list[float] | None:
+    """The vector as floats; None if it has no direction (zero or not finite), which
+    cosine cannot score. A wrong dimension is a configuration error and raises."""
+    row = np.asarray(vector, dtype=np.float32)
+    if row.shape != (dimension,):
+        raise ValueError(f"vector of {what} has shape {row.shape}, expected ({dimension},)")
+    if not np.all(np.isfinite(row)) or not np.any(row):
+        return None
+    return [float(x) for x in row]
+
+
+def deletion_groups(deletions: Sequence[Deletion]) -> dict[str, set[str]]:
+    """Point ids to delete, per tenant (a deletion only ever matches its tenant's points)."""
+    by_tenant: dict[str, set[str]] = {}
+    for d in deletions:
+        by_tenant.setdefault(d.tenant, set()).add(point_id(d.memory_id))
+    return by_tenant
+
+
+def payload(turn: StoredTurn) -> dict[str, Any]:
+    return {
+        MEMORY_ID: turn.memory_id,
+        TENANT: turn.tenant,
+        USER: turn.user,
+        SESSION: turn.session,
+        ROLE: str(turn.role),
+        TIME: turn.time_us,
+    }
+
+
+def runs(changes: Sequence[Change]) -> list[list[StoredTurn] | list[Deletion]]:
+    """Consecutive writes and consecutive deletions grouped, order kept (a write then a
+    deletion of the same id must end deleted, and the reverse must end written)."""
+    groups: list[list[StoredTurn] | list[Deletion]] = []
+    writes: list[StoredTurn] = []
+    deletions: list[Deletion] = []
+    for change in changes:
+        if isinstance(change, StoredTurn):
+            if deletions:
+                groups.append(deletions)
+                deletions = []
+            writes.append(change)
+        else:
+            if writes:
+                groups.append(writes)
+                writes = []
+            deletions.append(change)
+    if writes:
+        groups.append(writes)
+    if deletions:
+        groups.append(deletions)
+    return groups
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new file, whole."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class EdgeVectorIndex:
+    """`VectorIndex` over an in-process Qdrant edge shard at `path`."""
+
+    def __init__(self, path: Path, dimension: int = 384) -> None:
+        if dimension <= 0:
+            raise ValueError("dimension must be positive")
+        self._path = Path(path)
+        self._dimension = dimension
+        self._sidecar = self._path.with_name(self._path.name + _SIDECAR_SUFFIX)
+        self._lock = threading.Lock()
+        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+        existed = self._path.is_dir() and any(self._path.iterdir())
+        try:
+            if existed:
+                # With a config, load checks it against the segments (size, distance).
+                self._shard: EdgeShard | None = EdgeShard.load(str(self._path), config)
+            else:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._shard = EdgeShard.create(str(self._path), config)
+        except Exception as exc:  # the engine raises plain Exception with a message
+            if "WAL" in str(exc) and "WouldBlock" in str(exc):
+                raise ShardLockedError(
+                    f"vector shard {self._path} is in use by another EdgeVectorIndex "
+                    f"(its WAL is locked; one owner per shard): {exc}"
+                ) from exc
+            raise
+        try:
+            self._ensure_indexes()
+            if existed:
+                self._applied = self._read_applied()
+            else:
+                self._applied = 0
+                write_json_atomic(self._sidecar, {"applied_seq": 0})
+        except BaseException:
+            self._shard.close()
+            self._shard = None
+            raise
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def _ensure_indexes(self) -> None:
+        shard = self._require()
+        have = set(shard.info().payload_schema)
+        wanted: dict[str, Any] = {
+            TENANT: KeywordIndexParams(is_tenant=True),
+            USER: PayloadSchemaType.Keyword,
+            SESSION: PayloadSchemaType.Keyword,
+            ROLE: PayloadSchemaType.Keyword,
+            TIME: PayloadSchemaType.Integer,
+        }
+        for field, schema in wanted.items():
+            if field not in have:
+                shard.update(UpdateOperation.create_field_index(field, schema))
+        shard.flush()
+
+    def _read_applied(self) -> int:
+        try:
+            data = json.loads(self._sidecar.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return 0  # shard written before any sidecar: replaying from 0 is idempotent
+        seq = data.get("applied_seq") if isinstance(data, dict) else None
+        if not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"{self._sidecar} holds no valid applied_seq: {data!r}")
+        return seq
+
+    def _require(self) -> EdgeShard:
+        if self._shard is None:
+            raise RuntimeError(f"EdgeVectorIndex {self._path} is closed")
+        return self._shard
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        if not changes:
+            return
+        # Build (and so validate) every operation first: a bad change fails the whole
+        # batch before anything is written.
+        groups: list[UpdateOperation] = []
+        for group in runs(changes):
+            points: dict[str, list[Point]] = {}  # per tenant
+            deletions: list[Deletion] = []
+            for change in group:
+                if isinstance(change, Deletion):
+                    deletions.append(change)
+                elif change.vector is not None:
+                    row = vector_list(change.vector, self._dimension, change.memory_id)
+                    if row is None:
+                        log.warning("turn %s has a zero or non-finite vector", change.memory_id)
+                        continue
+                    point = Point(point_id(change.memory_id), row, payload(change))
+                    points.setdefault(change.tenant, []).append(point)
+            for tenant, batch in points.items():
+                # Conditional upsert: a new id is inserted, an existing one is replaced
+                # only if it is this tenant's, so no write can take over another's point.
+                groups.append(UpdateOperation.upsert_points(batch, condition=tenant_is(tenant)))
+            for tenant, ids in deletion_groups(deletions).items():
+                groups.append(UpdateOperation.delete_points_by_filter(owned(tenant, ids)))
+        last = max(c.seq for c in changes)
+        with self._lock:
+            shard = self._require()
+            for op in groups:
+                shard.update(op)
+            shard.flush()
+            if last > self._applied:
+                write_json_atomic(self._sidecar, {"applied_seq": last})
+                self._applied = last
+
+    def applied_seq(self) -> int:
+        with self._lock:
+            return self._applied
+
+    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        query = vector_list(vector, self._dimension, "the query")
+        if query is None:
+            return []  # no direction: nothing is nearer than anything else
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(query),
+            filter=scope_filter(scope),
+            with_payload=[MEMORY_ID],
+        )
+        with self._lock:
+            hits = self._require().query(request)
+        return [Candidate(str((h.payload or {})[MEMORY_ID]), float(h.score)) for h in hits]
+
+    def count(self) -> int:
+        """Points stored (all tenants): for tests and metrics."""
+        with self._lock:
+            return int(self._require().count(CountRequest(exact=True)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._shard is None:
+                return
+            shard, self._shard = self._shard, None
+            try:
+                shard.flush()
+            finally:
+                shard.close()
+
+
+def tenant_is(tenant: str) -> Filter:
+    return Filter(must=[FieldCondition(key=TENANT, match=MatchValue(value=tenant))])
+
+
+def owned(tenant: str, ids: set[str]) -> Filter:
+    """These points, but only where they belong to `tenant`."""
+    point_ids: set[int | uuid.UUID | str] = set(ids)
+    return Filter(
+        must=[FieldCondition(key=TENANT, match=MatchValue(value=tenant)), HasIdCondition(point_ids)]
+    )
+
+
+def scope_filter(scope: Scope) -> Filter:
+    """The whole scope as one engine filter: tenant and user always."""
+    if not scope.tenant or not scope.user:
+        raise ValueError("a vector search needs tenant and user")
+    must: list[Any] = [
+        FieldCondition(key=TENANT, match=MatchValue(value=scope.tenant)),
+        FieldCondition(key=USER, match=MatchValue(value=scope.user)),
+    ]
+    if scope.session is not None:
+        must.append(FieldCondition(key=SESSION, match=MatchValue(value=scope.session)))
+    if scope.roles:
+        must.append(FieldCondition(key=ROLE, match=MatchAny(sorted(str(r) for r in scope.roles))))
+    if scope.start_us is not None or scope.end_us is not None:
+        # The engine's range is f64: exact for |t| < 2**53 µs (≈ year 2255).
+        must.append(FieldCondition(key=TIME, range=RangeFloat(gte=scope.start_us, lt=scope.end_us)))
+    return Filter(must=must)

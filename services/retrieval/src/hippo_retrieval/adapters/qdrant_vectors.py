@@ -1,0 +1,311 @@
+"""The vector index on a Qdrant server or cluster, through `qdrant_client`.
+
+For deployments that run Qdrant separately (shared, replicated, scaled on its own); the
+embedded default is `EdgeVectorIndex`. Both adapters keep the same points: id = the
+memory_id UUID, payload {memory_id, tenant, user_id, session_id, role, time_us} with
+keyword indexes on the strings (tenant marked `is_tenant`, which lets the server lay
+segments out per tenant) and an integer index on time_us; no text. Every search puts the
+whole scope (tenant, user, optional session, roles, time range) in the server's `must`
+filter; nothing is filtered afterwards. Upserts are conditional on the tenant
+(`update_filter`: an existing point is replaced only by its own tenant's write) and
+deletions delete by filter (tenant AND id), so one tenant can never overwrite or erase
+another's point, even on an id collision. `update_filter` needs Qdrant ≥ 1.16.
+
+Where `applied_seq` lives: in Qdrant, next to the data, as the payload of one point in a
+small companion collection `<collection>_meta` (a 1-d vector, because every Qdrant
+version accepts that). Not a reserved point in the data collection: that point would sit
+in every scroll, count and optimiser pass, and would need a vector that no query could
+ever rank. Not collection metadata: changing it is a cluster-wide consensus operation,
+too heavy for every apply. Each apply first writes the changes (one ordered
+`batch_update_points`, `wait=True`), then the seq (`wait=True`), so the seq can lag the
+data after a crash (replay is idempotent) but never lead it. When the data collection is
+created the seq is reset to 0, so a dropped collection is rebuilt rather than trusted.
+
+The test suite runs this adapter over qdrant-client's local mode (`QdrantClient(path=)`),
+which speaks the same client API but is pure Python: it ignores payload indexes and
+filters by brute force (≈150 ms per filtered query at 10k points), so it is a test double
+for a server, never a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from hippo_retrieval.adapters.edge_vectors import (
+    MEMORY_ID,
+    ROLE,
+    SESSION,
+    TENANT,
+    TIME,
+    USER,
+    deletion_groups,
+    payload,
+    point_id,
+    runs,
+    vector_list,
+)
+from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, Vector
+
+META_POINT = 1  # the one point of `<collection>_meta`
+APPLIED_SEQ = "applied_seq"
+
+log = logging.getLogger(__name__)
+
+
+class QdrantVectorIndex:
+    """`VectorIndex` over the collection `collection` of a Qdrant server.
+
+    Takes ownership of `client`: `close()` closes it. Writes always hold the lock.
+    `concurrent_searches=True` lets searches run outside it, which is right for a server
+    client (HTTP and gRPC clients are thread-safe; `from_url` sets it) but not for
+    qdrant-client's local mode, where a search racing an upsert raises IndexError inside
+    the client; hence the safe default False."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str = "hippo_turns",
+        dimension: int = 384,
+        *,
+        concurrent_searches: bool = False,
+    ) -> None:
+        if dimension <= 0:
+            raise ValueError("dimension must be positive")
+        self._client = client
+        self._collection = collection
+        self._meta = f"{collection}_meta"
+        self._dimension = dimension
+        self._lock = threading.Lock()  # serialises writes (apply), close, and maybe searches
+        self._concurrent_searches = concurrent_searches
+        self._closed = False
+        created = self._ensure_collection(
+            collection, models.VectorParams(size=dimension, distance=models.Distance.COSINE)
+        )
+        self._ensure_indexes()
+        self._ensure_collection(
+            self._meta, models.VectorParams(size=1, distance=models.Distance.COSINE)
+        )
+        if created:
+            self._write_applied(0)
+            self._applied = 0
+        else:
+            self._applied = self._read_applied()
+
+    @property
+    def collection(self) -> str:
+        return self._collection
+
+    def _ensure_collection(self, name: str, params: models.VectorParams) -> bool:
+        """Create `name` if missing (True if this call created it); check it otherwise."""
+        if not self._client.collection_exists(name):
+            try:
+                self._client.create_collection(name, vectors_config=params)
+                return True
+            except Exception:
+                if not self._client.collection_exists(name):
+                    raise
+                # another replica created it between our check and our create
+        have = self._client.get_collection(name).config.params.vectors
+        if (
+            not isinstance(have, models.VectorParams)
+            or have.size != params.size
+            or have.distance != params.distance
+        ):
+            raise ValueError(
+                f"Qdrant collection {name!r} has vectors {have!r}; expected one unnamed "
+                f"vector of size {params.size} with {params.distance.value} distance"
+            )
+        return False
+
+    def _ensure_indexes(self) -> None:
+        have = self._client.get_collection(self._collection).payload_schema
+        wanted: dict[str, Any] = {
+            TENANT: models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+            USER: models.PayloadSchemaType.KEYWORD,
+            SESSION: models.PayloadSchemaType.KEYWORD,
+            ROLE: models.PayloadSchemaType.KEYWORD,
+            TIME: models.PayloadSchemaType.INTEGER,
+        }
+        for field, schema in wanted.items():
+            if field not in have:
+                self._client.create_payload_index(
+                    self._collection, field, field_schema=schema, wait=True
+                )
+
+    def _read_applied(self) -> int:
+        records = self._client.retrieve(self._meta, [META_POINT], with_payload=True)
+        if not records:
+            return 0  # never recorded: replaying from 0 is idempotent
+        seq = (records[0].payload or {}).get(APPLIED_SEQ)
+        if not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"{self._meta} holds no valid {APPLIED_SEQ}: {records[0].payload!r}")
+        return seq
+
+    def _write_applied(self, seq: int) -> None:
+        point = models.PointStruct(
+            id=META_POINT,
+            vector=[1.0],
+            payload={APPLIED_SEQ: seq, "collection": self._collection},
+        )
+        self._client.upsert(self._meta, [point], wait=True)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"QdrantVectorIndex {self._collection!r} is closed")
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        if not changes:
+            return
+        # Build (and so validate) every operation first: a bad change fails the whole
+        # batch before anything is written. Order is kept: runs of writes and deletions.
+        operations: list[models.UpsertOperation | models.DeleteOperation] = []
+        for group in runs(changes):
+            points: dict[str, list[models.PointStruct]] = {}  # per tenant
+            deletions: list[Deletion] = []
+            for change in group:
+                if isinstance(change, Deletion):
+                    deletions.append(change)
+                elif change.vector is not None:
+                    row = vector_list(change.vector, self._dimension, change.memory_id)
+                    if row is None:
+                        log.warning("turn %s has a zero or non-finite vector", change.memory_id)
+                        continue
+                    points.setdefault(change.tenant, []).append(
+                        models.PointStruct(
+                            id=point_id(change.memory_id), vector=row, payload=payload(change)
+                        )
+                    )
+            for tenant, batch in points.items():
+                operations.append(
+                    models.UpsertOperation(
+                        upsert=models.PointsList(points=batch, update_filter=_tenant_is(tenant))
+                    )
+                )
+            for tenant, ids in deletion_groups(deletions).items():
+                selector = models.FilterSelector(filter=_owned(tenant, ids))
+                operations.append(models.DeleteOperation(delete=selector))
+        last = max(c.seq for c in changes)
+        with self._lock:
+            self._require_open()
+            if operations:
+                self._client.batch_update_points(self._collection, operations, wait=True)
+            if last > self._applied:
+                self._write_applied(last)
+                self._applied = last
+
+    def applied_seq(self) -> int:
+        with self._lock:
+            return self._applied
+
+    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        query = vector_list(vector, self._dimension, "the query")
+        if query is None:
+            return []  # no direction: nothing is nearer than anything else
+        query_filter = scope_filter(scope)
+        if self._concurrent_searches:
+            self._require_open()
+            points = self._query(query, query_filter, limit)
+        else:
+            with self._lock:
+                self._require_open()
+                points = self._query(query, query_filter, limit)
+        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
+
+    def _query(
+        self, query: list[float], query_filter: models.Filter, limit: int
+    ) -> list[models.ScoredPoint]:
+        response = self._client.query_points(
+            self._collection,
+            query=query,
+            query_filter=query_filter,
+            limit=limit,
+            with_payload=[MEMORY_ID],
+        )
+        return response.points
+
+    def count(self) -> int:
+        """Points stored (all tenants): for tests and metrics."""
+        with self._lock:
+            self._require_open()
+            return self._client.count(self._collection, exact=True).count
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._client.close()
+
+
+def _tenant_is(tenant: str) -> models.Filter:
+    return models.Filter(
+        must=[models.FieldCondition(key=TENANT, match=models.MatchValue(value=tenant))]
+    )
+
+
+def _owned(tenant: str, ids: set[str]) -> models.Filter:
+    """These points, but only where they belong to `tenant`."""
+    has_id: list[int | str] = sorted(ids)
+    return models.Filter(
+        must=[
+            models.FieldCondition(key=TENANT, match=models.MatchValue(value=tenant)),
+            models.HasIdCondition(has_id=has_id),
+        ]
+    )
+
+
+def scope_filter(scope: Scope) -> models.Filter:
+    """The whole scope as one server filter: tenant and user always."""
+    if not scope.tenant or not scope.user:
+        raise ValueError("a vector search needs tenant and user")
+    must: list[models.Condition] = [
+        models.FieldCondition(key=TENANT, match=models.MatchValue(value=scope.tenant)),
+        models.FieldCondition(key=USER, match=models.MatchValue(value=scope.user)),
+    ]
+    if scope.session is not None:
+        must.append(
+            models.FieldCondition(key=SESSION, match=models.MatchValue(value=scope.session))
+        )
+    if scope.roles:
+        roles = sorted(str(r) for r in scope.roles)
+        must.append(models.FieldCondition(key=ROLE, match=models.MatchAny(any=roles)))
+    if scope.start_us is not None or scope.end_us is not None:
+        must.append(
+            models.FieldCondition(key=TIME, range=models.Range(gte=scope.start_us, lt=scope.end_us))
+        )
+    return models.Filter(must=must)
+
+
+def from_url(
+    url: str,
+    api_key: str | None,
+    timeout_s: float,
+    *,
+    collection: str = "hippo_turns",
+    dimension: int = 384,
+    prefer_grpc: bool = False,
+) -> QdrantVectorIndex:
+    """A `QdrantVectorIndex` on the server at `url` (e.g. "http://qdrant:6333")."""
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    client = QdrantClient(
+        url=url,
+        api_key=api_key,
+        timeout=max(1, math.ceil(timeout_s)),  # the client takes whole seconds
+        prefer_grpc=prefer_grpc,
+    )
+    try:
+        return QdrantVectorIndex(
+            client, collection=collection, dimension=dimension, concurrent_searches=True
+        )
+    except BaseException:
+        client.close()
+        raise

@@ -1,0 +1,389 @@
+"""The lexical index: BM25 over turn text with Tantivy (tantivy-py), embedded, on disk.
+
+Schema. `memory_id` (raw string, stored: the only thing a hit reads back), `tenant`,
+`user_id`, `session_id`, `role` (raw strings: one untokenized term each, for exact-term
+filters), `time_us` (i64, indexed and fast, for range filters), and two analyses of the
+turn text, neither stored (the turn store holds the text):
+
+* `text`: prose. Tantivy's simple tokenizer (splits on anything not alphanumeric), drop
+  tokens over 40 bytes, lowercase, English Snowball stemmer: the same chain as Tantivy's
+  built-in `en_stem`, so "running" finds "runs". Positions are kept (phrase queries later).
+* `exact`: identifiers. A regex tokenizer whose tokens are whitespace-separated runs
+  trimmed to start and end on a letter, digit or underscore, then lowercased (tokens over
+  255 bytes dropped). `handleSubmit(` -> `handlesubmit`, `ERR_CONNECTION_REFUSED:` ->
+  `err_connection_refused`, `(v2.14.1)` -> `v2.14.1`, `"src/app/main.py"` ->
+  `src/app/main.py`. In `text` the same strings fall apart into common pieces (`v2`, `14`,
+  `1`; `src`, `app`, `main`, `py`), which match every version number or path; in `exact`
+  they stay one rare term, so the turn that contains the exact form scores far above
+  turns that merely share its pieces. Frequencies only, no positions.
+
+Both chains are built here as `TextAnalyzer`s and registered on the index under
+versioned names, so indexing and querying run the very same analyzer (Tantivy keeps no
+custom tokenizer on disk: they are registered on every open; a document added without
+them fails loudly, "Error getting tokenizer"). A changed chain must get a new name.
+
+Queries never go through Tantivy's query parser: `parse_query` raises on ordinary text
+(`handleSubmit(`, unbalanced quotes, `foo AND`) and `parse_query_lenient` lets text reach
+other fields (`user_id:x`) or match everything (`*`). Instead the query text goes through
+the fields' own analyzers (`TextAnalyzer.analyze`): every distinct `text` token becomes a
+term query on `text`; every query token that looks like an identifier (see
+`looks_like_identifier`: inner punctuation, letters with digits, inner capitals) becomes
+a term query on `exact`, boosted by EXACT_BOOST. Plain words get no `exact` clause, so a
+filler word in "where is handleSubmit defined?" cannot outweigh the identifier. All are
+ORed (Should) inside one Must clause; a text with no tokens (`*`, `~`, emoji only)
+returns [] without searching. The scope is a second Must clause: term queries on tenant
+and user always, session when given, a Should of the roles when given, a range on
+time_us when given, all wrapped in a constant score of 0 so the reported score is the
+text's BM25 alone. Operators, colons, quotes and wildcards are therefore only characters
+the analyzers split on; no text can widen the scope. Query text is cut to
+MAX_QUERY_CHARS and MAX_QUERY_TERMS distinct terms per field, so a pasted log still
+searches in bounded time (10 KB of distinct words over 100k turns: about 70 ms on 2
+cores; a short query: 0.2 ms). Lone surrogates, which Python strings allow and Rust
+strings reject, are replaced before analysis (turn text too).
+
+Writes. One IndexWriter for the index's lifetime (Tantivy allows one per index; a second
+`TantivyIndex` on the same path raises IndexLockedError), guarded by a lock. A written
+turn first deletes any document with its memory_id in its tenant (a Must query on both
+raw-string terms; `delete_documents_by_term` on u64 fields silently deletes nothing, so
+ids are strings here), then adds the document: re-applying changes is idempotent, and a
+deletion can only ever remove its own tenant's document. Tantivy orders deletes and adds
+by opstamp, so write-then-delete ends deleted and delete-then-write ends written.
+
+applied_seq. tantivy-py has no commit payload, so the seq lives in the index itself: one
+meta document (field `meta` = "applied_seq", stored i64 `seq`; it has no tenant or user
+terms, so no search can match it) is replaced in the same commit as the changes it
+covers. The seq and the documents are therefore durable together, atomically: no sidecar
+file, and no crash window where one leads the other. After each commit the reader is
+reloaded so searches see it; nothing applied is searchable before `commit()`.
+
+Deleted documents' terms stay in their segments (not searchable) until Tantivy merges
+them away; the text itself is never stored here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tantivy import (
+    Document,
+    FieldType,
+    Filter,
+    Index,
+    IndexWriter,
+    Occur,
+    Query,
+    Schema,
+    SchemaBuilder,
+    TextAnalyzer,
+    TextAnalyzerBuilder,
+    Tokenizer,
+)
+
+from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn
+
+MEMORY_ID = "memory_id"
+TENANT = "tenant"
+USER = "user_id"
+SESSION = "session_id"
+ROLE = "role"
+TIME = "time_us"
+TEXT = "text"
+EXACT = "exact"
+META = "meta"
+SEQ = "seq"
+
+APPLIED_SEQ_KEY = "applied_seq"
+
+TEXT_TOKENIZER = "hippo_en_stem_v1"
+EXACT_TOKENIZER = "hippo_exact_v1"
+
+EXACT_BOOST = 2.0
+MAX_QUERY_CHARS = 32_768
+MAX_QUERY_TERMS = 4096  # distinct terms per field
+
+# A token: a whitespace-free run that starts and ends on a letter, digit or underscore
+# (leftmost-first, greedy: surrounding punctuation is trimmed, inner punctuation kept).
+_EXACT_PATTERN = r"[\p{L}\p{N}_](?:\S*[\p{L}\p{N}_])?"
+
+
+class IndexLockedError(RuntimeError):
+    """Another IndexWriter (this process or another) already owns the index directory."""
+
+
+def text_analyzer() -> TextAnalyzer:
+    """The `text` field's chain: Tantivy's `en_stem` (simple, remove_long 40, lowercase,
+    English stemmer)."""
+    return (
+        TextAnalyzerBuilder(Tokenizer.simple())
+        .filter(Filter.remove_long(40))
+        .filter(Filter.lowercase())
+        .filter(Filter.stemmer("english"))
+        .build()
+    )
+
+
+def exact_analyzer(*, lowercase: bool = True) -> TextAnalyzer:
+    """The `exact` field's chain: punctuation-trimmed whitespace tokens, lowercased.
+    Without `lowercase` it keeps the case, which the query side reads to tell
+    identifiers from words."""
+    builder = TextAnalyzerBuilder(Tokenizer.regex(_EXACT_PATTERN)).filter(Filter.remove_long(255))
+    if lowercase:
+        builder = builder.filter(Filter.lowercase())
+    return builder.build()
+
+
+def looks_like_identifier(token: str) -> bool:
+    """True for tokens that are more than a plain word: inner punctuation or underscore
+    (`ERR_CONNECTION_REFUSED`, `v2.14.1`, `src/app/main.py`, `user_id:x`), letters mixed
+    with digits (`v2`, `sha256`), or an upper-case letter after the first (`handleSubmit`,
+    `NASA`). Plain words and plain numbers are left to the stemmed `text` field."""
+    has_letter = any(c.isalpha() for c in token)
+    has_digit = any(c.isdigit() for c in token)
+    return (
+        any(not c.isalnum() for c in token)
+        or (has_letter and has_digit)
+        or any(c.isupper() for c in token[1:])
+    )
+
+
+def build_schema() -> Schema:
+    sb = SchemaBuilder()
+    sb.add_text_field(MEMORY_ID, stored=True, tokenizer_name="raw", index_option="basic")
+    for name in (TENANT, USER, SESSION, ROLE):
+        sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field(TIME, indexed=True, fast=True)
+    sb.add_text_field(TEXT, tokenizer_name=TEXT_TOKENIZER, index_option="position")
+    sb.add_text_field(EXACT, tokenizer_name=EXACT_TOKENIZER, index_option="freq")
+    sb.add_text_field(META, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field(SEQ, stored=True)
+    return sb.build()
+
+
+def clean_text(text: str) -> str:
+    """`text` as valid UTF-8: lone surrogates (which Rust strings reject) become '?'."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _distinct(tokens: Iterable[str], limit: int) -> list[str]:
+    seen: dict[str, None] = {}
+    for token in tokens:
+        if token:
+            seen.setdefault(token, None)
+            if len(seen) >= limit:
+                break
+    return list(seen)
+
+
+class TantivyIndex:
+    """`LexicalIndex` over a Tantivy index in the directory `path` (created if missing)."""
+
+    def __init__(self, path: Path, *, writer_heap_bytes: int = 50_000_000) -> None:
+        self._path = Path(path)
+        self._path.mkdir(parents=True, exist_ok=True)
+        self._schema = build_schema()
+        # Opens the index if one exists (Tantivy refuses a different schema), else creates it.
+        self._index = Index(self._schema, path=str(self._path), reuse=True)
+        self._text_analyzer = text_analyzer()
+        self._exact_analyzer = exact_analyzer()
+        self._raw_exact_analyzer = exact_analyzer(lowercase=False)  # query side only
+        # Registered before the writer exists, on every open: Tantivy does not persist them.
+        self._index.register_tokenizer(TEXT_TOKENIZER, self._text_analyzer)
+        self._index.register_tokenizer(EXACT_TOKENIZER, self._exact_analyzer)
+        self._lock = threading.Lock()
+        try:
+            self._writer: IndexWriter | None = self._index.writer(
+                heap_size=writer_heap_bytes, num_threads=0
+            )
+        except ValueError as exc:
+            if "LockBusy" in str(exc):
+                raise IndexLockedError(
+                    f"lexical index {self._path} is in use by another writer "
+                    f"(one TantivyIndex per directory): {exc}"
+                ) from exc
+            raise
+        self._index.reload()
+        self._committed_seq = self._read_applied_seq()
+        self._pending_seq = self._committed_seq
+        self._dirty = False
+
+    # -- writes ------------------------------------------------------------------------
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        with self._lock:
+            writer = self._require_writer()
+            for change in changes:
+                self._delete(writer, change.tenant, change.memory_id)
+                if isinstance(change, StoredTurn):
+                    writer.add_document(self._document(change))
+                elif not isinstance(change, Deletion):  # pragma: no cover - typing guard
+                    raise TypeError(f"not a change: {change!r}")
+                self._pending_seq = max(self._pending_seq, change.seq)
+                self._dirty = True
+
+    def commit(self) -> None:
+        with self._lock:
+            writer = self._require_writer()
+            self._commit(writer)
+
+    def applied_seq(self) -> int:
+        with self._lock:
+            return self._committed_seq
+
+    def close(self) -> None:
+        with self._lock:
+            writer = self._writer
+            if writer is None:
+                return
+            self._commit(writer)
+            writer.wait_merging_threads()  # consumes the writer and releases its lock
+            self._writer = None
+
+    def __enter__(self) -> TantivyIndex:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads -------------------------------------------------------------------------
+
+    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        if limit <= 0:  # Tantivy panics (PanicException, a BaseException) on limit 0
+            return []
+        text_query = self._text_query(query)
+        if text_query is None:
+            return []
+        full = Query.boolean_query(
+            [
+                (Occur.Must, text_query),
+                (Occur.Must, Query.const_score_query(self._scope_query(scope), 0.0)),
+            ]
+        )
+        searcher = self._index.searcher()
+        limit = min(limit, max(1, searcher.num_docs))
+        hits = searcher.search(full, limit).hits
+        out: list[Candidate] = []
+        for score, address in hits:
+            memory_id = searcher.doc(address).get_first(MEMORY_ID)
+            if isinstance(memory_id, str):
+                out.append(Candidate(memory_id=memory_id, score=float(score)))
+        return out
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _require_writer(self) -> IndexWriter:
+        if self._writer is None:
+            raise RuntimeError("TantivyIndex is closed")
+        return self._writer
+
+    def _document(self, turn: StoredTurn) -> Document:
+        text = clean_text(turn.text)
+        fields: dict[str, Any] = {
+            MEMORY_ID: turn.memory_id,
+            TENANT: turn.tenant,
+            USER: turn.user,
+            SESSION: turn.session,
+            ROLE: str(turn.role),
+            TIME: turn.time_us,
+            TEXT: text,
+            EXACT: text,
+        }
+        return Document.from_dict(fields, self._schema)
+
+    def _term(self, field: str, value: str) -> Query:
+        return Query.term_query(self._schema, field, value)
+
+    def _delete(self, writer: IndexWriter, tenant: str, memory_id: str) -> None:
+        writer.delete_documents_by_query(
+            Query.boolean_query(
+                [
+                    (Occur.Must, self._term(MEMORY_ID, memory_id)),
+                    (Occur.Must, self._term(TENANT, tenant)),
+                ]
+            )
+        )
+
+    def _commit(self, writer: IndexWriter) -> None:
+        if not self._dirty:
+            return
+        if self._pending_seq != self._committed_seq:
+            # Replace the meta document in the same commit as the changes it covers.
+            writer.delete_documents_by_term(META, APPLIED_SEQ_KEY)
+            writer.add_document(
+                Document.from_dict({META: APPLIED_SEQ_KEY, SEQ: self._pending_seq}, self._schema)
+            )
+        writer.commit()
+        self._index.reload()
+        self._committed_seq = self._pending_seq
+        self._dirty = False
+
+    def _read_applied_seq(self) -> int:
+        searcher = self._index.searcher()
+        hits = searcher.search(self._term(META, APPLIED_SEQ_KEY), 10).hits
+        seqs = [searcher.doc(address).get_first(SEQ) for _, address in hits]
+        return max((int(s) for s in seqs if isinstance(s, int)), default=0)
+
+    def _text_query(self, query: str) -> Query | None:
+        text = clean_text(query[:MAX_QUERY_CHARS])
+        clauses: list[tuple[Occur, Query]] = []
+        for token in _distinct(self._text_analyzer.analyze(text), MAX_QUERY_TERMS):
+            clauses.append((Occur.Should, self._term(TEXT, token)))
+        identifiers = (
+            token
+            for raw in self._raw_exact_analyzer.analyze(text)
+            if looks_like_identifier(raw)
+            # The index's own analyzer on the raw token: the term exactly as indexed.
+            for token in self._exact_analyzer.analyze(raw)
+        )
+        for token in _distinct(identifiers, MAX_QUERY_TERMS):
+            clauses.append((Occur.Should, Query.boost_query(self._term(EXACT, token), EXACT_BOOST)))
+        if not clauses:
+            return None
+        return Query.boolean_query(clauses)
+
+    def _scope_query(self, scope: Scope) -> Query:
+        clauses: list[tuple[Occur, Query]] = [
+            (Occur.Must, self._term(TENANT, scope.tenant)),
+            (Occur.Must, self._term(USER, scope.user)),
+        ]
+        if scope.session is not None:
+            clauses.append((Occur.Must, self._term(SESSION, scope.session)))
+        if scope.roles:
+            roles = sorted(str(role) for role in scope.roles)
+            clauses.append(
+                (
+                    Occur.Must,
+                    Query.boolean_query([(Occur.Should, self._term(ROLE, r)) for r in roles]),
+                )
+            )
+        if scope.start_us is not None or scope.end_us is not None:
+            clauses.append(
+                (
+                    Occur.Must,
+                    Query.range_query(
+                        self._schema,
+                        TIME,
+                        FieldType.Integer,
+                        lower_bound=scope.start_us,
+                        upper_bound=scope.end_us,
+                        include_lower=True,
+                        include_upper=scope.end_us is None,  # end is exclusive
+                    ),
+                )
+            )
+        return Query.boolean_query(clauses)
+
+
+__all__ = ["IndexLockedError", "TantivyIndex"]
