@@ -1,0 +1,143 @@
+from hippo.memory.v1 import memory_pb2 as _memory_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NewTurn(_message.Message):
+    __slots__ = ("memory_id", "user_id", "session_id", "role", "text", "time_us", "client_id", "metadata", "vector")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    user_id: str
+    session_id: str
+    role: _memory_pb2.Role
+    text: str
+    time_us: int
+    client_id: str
+    metadata: _containers.ScalarMap[str, str]
+    vector: bytes
+    def __init__(self, memory_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role: _Optional[_Union[_memory_pb2.Role, str]] = ..., text: _Optional[str] = ..., time_us: _Optional[int] = ..., client_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ...) -> None: ...
+
+class WriteRequest(_message.Message):
+    __slots__ = ("tenant", "turns", "wait_searchable")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SEARCHABLE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    turns: _containers.RepeatedCompositeFieldContainer[NewTurn]
+    wait_searchable: bool
+    def __init__(self, tenant: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[NewTurn, _Mapping]]] = ..., wait_searchable: _Optional[bool] = ...) -> None: ...
+
+class WriteResponse(_message.Message):
+    __slots__ = ("created", "records", "searchable")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SEARCHABLE_FIELD_NUMBER: _ClassVar[int]
+    created: _containers.RepeatedScalarFieldContainer[bool]
+    records: _containers.RepeatedCompositeFieldContainer[_memory_pb2.MemoryRecord]
+    searchable: bool
+    def __init__(self, created: _Optional[_Iterable[bool]] = ..., records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., searchable: _Optional[bool] = ...) -> None: ...
+
+class SearchRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    END_US_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    start_us: int
+    end_us: int
+    roles: _containers.RepeatedScalarFieldContainer[_memory_pb2.Role]
+    query: str
+    vector: bytes
+    mode: _memory_pb2.RecallMode
+    top_k: int
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("hits", "lexical_candidates", "semantic_candidates")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    LEXICAL_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    SEMANTIC_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[_memory_pb2.Hit]
+    lexical_candidates: int
+    semantic_candidates: int
+    def __init__(self, hits: _Optional[_Iterable[_Union[_memory_pb2.Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id", "memory_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    memory_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("memory_ids",)
+    MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    memory_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns")
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEXICAL_SEQ_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SEQ_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    lexical_seq: int
+    vector_seq: int
+    vector_backend: str
+    dimension: int
+    turns: int
+    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ...) -> None: ...
+
+class ReindexRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReindexResponse(_message.Message):
+    __slots__ = ("applied", "last_seq", "done")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    applied: int
+    last_seq: int
+    done: bool
+    def __init__(self, applied: _Optional[int] = ..., last_seq: _Optional[int] = ..., done: _Optional[bool] = ...) -> None: ...
