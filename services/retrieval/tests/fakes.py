@@ -42,6 +42,7 @@ class MemoryStore:
         self.turns: dict[tuple[str, str], StoredTurn] = {}
         self.log: list[Change] = []
         self.seq = 0
+        self.positions: dict[tuple[str, str, str], int] = {}
 
     def append(self, turns: Sequence[NewTurn]) -> list[tuple[StoredTurn, bool]]:
         out = []
@@ -51,9 +52,11 @@ class MemoryStore:
                 out.append((self.turns[key], False))
                 continue
             self.seq += 1
+            session = (t.tenant, t.user, t.session)
+            self.positions[session] = self.positions.get(session, 0) + 1
             stored = StoredTurn(
                 self.seq, t.memory_id, t.tenant, t.user, t.session, t.role, t.text,
-                t.time_us, t.client_id, dict(t.metadata), t.vector,
+                t.time_us, t.client_id, dict(t.metadata), t.vector, self.positions[session],
             )  # fmt: skip
             self.turns[key] = stored
             self.log.append(stored)
@@ -92,6 +95,9 @@ class MemoryStore:
 
     def last_seq(self) -> int:
         return self.seq
+
+    def size(self) -> int:
+        return len(self.turns)
 
     def close(self) -> None:
         pass

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import uuid
 from collections.abc import Sequence
@@ -59,6 +57,7 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
+from hippo_retrieval.adapters.files import write_atomic
 from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn, Vector
 
 # Payload keys, shared with qdrant_vectors.py so both adapters index the same fields.
@@ -147,22 +146,8 @@ def runs(changes: Sequence[Change]) -> list[list[StoredTurn] | list[Deletion]]:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new file, whole."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace `path` with `data` as JSON so that a crash leaves the old or the new file."""
+    write_atomic(path, json.dumps(data).encode("utf-8"))
 
 
 class EdgeVectorIndex:

@@ -62,15 +62,23 @@ CREATE TABLE turns (
     client_id  TEXT NOT NULL,
     metadata   TEXT NOT NULL,
     vector     BLOB,
+    position   INTEGER NOT NULL,
     UNIQUE (tenant, memory_id)
 );
+CREATE TABLE sessions (
+    tenant        TEXT NOT NULL,
+    user_id       TEXT NOT NULL,
+    session_id    TEXT NOT NULL,
+    last_position INTEGER NOT NULL,
+    PRIMARY KEY (tenant, user_id, session_id)
+) WITHOUT ROWID;
 CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id);
 CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
 """
 
 _TURN_COLUMNS = (
     "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
-    "t.client_id, t.metadata, t.vector"
+    "t.client_id, t.metadata, t.vector, t.position"
 )
 
 
@@ -261,6 +269,14 @@ class SqliteTurnStore:
                     "INSERT INTO changes (op, tenant, memory_id) VALUES ('delete', ?, ?)",
                     (tenant, memory_id),
                 )
+            # A session left without turns is forgotten whole: its counter goes too (the
+            # session id is user data), and a later turn in it starts again at 1.
+            conn.execute(
+                f"DELETE FROM sessions WHERE {where} AND NOT EXISTS (SELECT 1 FROM turns t "
+                "WHERE t.tenant = sessions.tenant AND t.user_id = sessions.user_id "
+                "AND t.session_id = sessions.session_id)",
+                params,
+            )
         if victims:
             self._purge_wal()
         return [str(memory_id) for _, memory_id in victims]
@@ -270,6 +286,12 @@ class SqliteTurnStore:
         with self._locked() as conn:
             row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
         return int(row[0]) if row is not None else 0
+
+    def size(self) -> int:
+        """Turns stored, all tenants."""
+        with self._locked() as conn:
+            row = conn.execute("SELECT COUNT(*) FROM turns").fetchone()
+        return int(row[0])
 
     def count(self, tenant: str, user: str) -> int:
         """How many turns the user has stored in the tenant."""
@@ -319,10 +341,19 @@ class SqliteTurnStore:
         )
         seq = cursor.lastrowid
         assert seq is not None
+        # The turn's position in its session: a counter per session, not MAX(position)+1,
+        # so the number of a forgotten turn is never handed out again.
+        (position,) = conn.execute(
+            "INSERT INTO sessions (tenant, user_id, session_id, last_position) "
+            "VALUES (?, ?, ?, 1) ON CONFLICT (tenant, user_id, session_id) "
+            "DO UPDATE SET last_position = last_position + 1 RETURNING last_position",
+            (turn.tenant, turn.user, turn.session),
+        ).fetchone()
         conn.execute(
             "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
-            "time_us, client_id, metadata, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (seq, *row),
+            "time_us, client_id, metadata, vector, position) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, *row, position),
         )
         return StoredTurn(
             seq=seq,
@@ -336,6 +367,7 @@ class SqliteTurnStore:
             client_id=turn.client_id,
             metadata=dict(turn.metadata),
             vector=_decode_vector(row[-1]),
+            position=int(position),
         )
 
 
@@ -377,7 +409,7 @@ def _decode_vector(blob: bytes | None) -> Vector | None:
 
 
 def _from_row(row: Sequence[Any]) -> StoredTurn:
-    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob = row
+    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob, pos = row
     return StoredTurn(
         seq=int(seq),
         memory_id=str(memory_id),
@@ -390,4 +422,5 @@ def _from_row(row: Sequence[Any]) -> StoredTurn:
         client_id=str(client_id),
         metadata={str(k): str(v) for k, v in json.loads(meta).items()},
         vector=_decode_vector(blob),
+        position=int(pos),
     )

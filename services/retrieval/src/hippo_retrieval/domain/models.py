@@ -72,6 +72,7 @@ class StoredTurn:
     client_id: str
     metadata: Mapping[str, str]
     vector: Vector | None
+    position: int = 0  # 1-based place in its session, in arrival order; never reused
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,10 @@ class TurnStore(Protocol):
 
     def last_seq(self) -> int: ...
 
+    def size(self) -> int:
+        """Turns stored, all tenants (for status and metrics)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -73,3 +77,30 @@ class VectorIndex(Protocol):
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]: ...
 
     def close(self) -> None: ...
+
+
+class IndexSet(Protocol):
+    """Where index generations live. A generation is one lexical + one vector index built
+    from the turn store; `hippo reindex` builds generation n+1 beside the live n, then
+    switches. Which generation is live is recorded durably, so a restart opens it."""
+
+    def current(self) -> int:
+        """The live generation (1 when none was ever recorded)."""
+        ...
+
+    def open(self, generation: int) -> tuple[LexicalIndex, VectorIndex]:
+        """Open (creating if missing) the generation's indexes."""
+        ...
+
+    def set_current(self, generation: int) -> None:
+        """Record `generation` as live, durably (atomic: a crash leaves old or new)."""
+        ...
+
+    def remove(self, generation: int) -> None:
+        """Delete the generation's indexes; they must be closed. Absent is not an error."""
+        ...
+
+    @property
+    def vector_backend(self) -> str:
+        """ "edge" or "qdrant", for status and logs."""
+        ...

@@ -10,6 +10,7 @@ the same from seq 0 into empty indexes.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
+
+log = logging.getLogger(__name__)
 
 
 class Projector:
@@ -39,6 +42,8 @@ class Projector:
         self._wake = threading.Condition()
         self._visible = threading.Condition()
         self._stop = False
+        self._urgent = False  # a caller waits for visibility: commit on the next step
+        self.failures = 0  # failed attempts to apply (the thread retries with backoff)
         self._thread: threading.Thread | None = None
         # In memory: what each index has applied (lexical: applied, not yet committed).
         self._lexical_applied = lexical.applied_seq()
@@ -50,14 +55,27 @@ class Projector:
         last = self._store.last_seq()
         return last - self._lexical_committed, last - self._vector_applied
 
-    def catch_up(self) -> int:
-        """Apply everything the indexes missed (synchronously); returns changes applied."""
+    def visible_seq(self) -> int:
+        """The last seq searchable in both indexes."""
+        return min(self._lexical_committed, self._vector_applied)
+
+    def catch_up(
+        self, progress: Callable[[int], None] | None = None, *, until: int | None = None
+    ) -> int:
+        """Apply what the indexes missed (synchronously), up to the store's last seq when
+        called (or `until`); returns changes applied. Bounded on purpose: with writes
+        arriving meanwhile, "until nothing is left" might never come. `progress(total so
+        far)` is called after each page, for long rebuilds."""
+        target = self._store.last_seq() if until is None else until
         total = 0
-        while True:
+        while self.visible_seq() < target:
             applied = self._step(force_commit=True)
             total += applied
+            if progress is not None and applied:
+                progress(total)
             if applied == 0:
-                return total
+                break
+        return total
 
     def _step(self, force_commit: bool = False) -> int:
         start = min(self._lexical_applied, self._vector_applied)
@@ -85,24 +103,44 @@ class Projector:
             self._on_progress(self._store.last_seq(), self._lexical_committed, self._vector_applied)
 
     def start(self) -> None:
+        self._stop = False
         self._thread = threading.Thread(target=self._run, name="projector", daemon=True)
         self._thread.start()
 
-    def notify(self) -> None:
-        """A write was committed: wake the projector."""
+    def notify(self, *, urgent: bool = False) -> None:
+        """A write was committed: wake the projector. `urgent`: a caller is waiting to see
+        it, so commit the lexical index now instead of at the next interval (a bulk
+        loader should not ask for this: it would cost a commit per request)."""
         with self._wake:
+            if urgent:
+                self._urgent = True
             self._wake.notify()
 
     def _run(self) -> None:
         last_commit = time.monotonic()
+        backoff = 0.0
         while True:
             with self._wake:
                 if self._stop:
                     return
-                self._wake.wait(timeout=self._interval)
-            due = time.monotonic() - last_commit >= self._interval
-            while self._step(force_commit=due) == PAGE:
-                pass  # a backlog: keep going before sleeping
+                if backoff:
+                    self._wake.wait(timeout=backoff)  # after a failure: don't spin
+                elif not self._urgent:
+                    self._wake.wait(timeout=self._interval)
+                urgent, self._urgent = self._urgent, False
+            due = urgent or time.monotonic() - last_commit >= self._interval
+            try:
+                while self._step(force_commit=due) == PAGE:
+                    pass  # a backlog: keep going before sleeping
+            except Exception:
+                # An index that fails (disk full, a Qdrant server down) must not kill the
+                # thread: the writes are safe in the turn store, and the next attempt
+                # resumes from the last applied seq.
+                self.failures += 1
+                backoff = min(max(backoff * 2, 0.1), 5.0)
+                log.exception("projector: applying changes failed; retrying in %.1f s", backoff)
+                continue
+            backoff = 0.0
             if due:
                 last_commit = time.monotonic()
 
@@ -110,19 +148,24 @@ class Projector:
         """Block until `seq` is searchable in both indexes, or `timeout` passes."""
         end = time.monotonic() + timeout
         with self._visible:
-            while min(self._lexical_committed, self._vector_applied) < seq:
+            while self.visible_seq() < seq:
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
-                self.notify()
+                self.notify(urgent=True)
                 self._visible.wait(timeout=min(left, 0.05))
         return True
 
-    def close(self) -> None:
-        """Stop the thread, then apply and commit what is left."""
+    def stop(self) -> None:
+        """Stop the thread; what it has not applied stays in the feed."""
         with self._wake:
             self._stop = True
             self._wake.notify()
         if self._thread is not None:
             self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop the thread, then apply and commit what is left."""
+        self.stop()
         self.catch_up()

@@ -1,0 +1,333 @@
+"""The retrieval use cases: write, search, delete, status and an online reindex.
+
+Blocking work (SQLite fsyncs, Tantivy, the vector engine) runs on the service's own
+thread pool, never on the event loop, so health checks and other calls keep flowing
+while a write waits for its fsync.
+
+Index generations. The live lexical + vector pair is one *generation*. A reindex builds
+generation n+1 beside n from the turn store while n keeps serving, catches up with the
+writes made meanwhile, then switches: searches that started on n finish on n, and n is
+closed and removed once the last of them is done. Which generation is live is recorded
+durably (IndexSet.set_current), so a crash mid-rebuild restarts on the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
+
+from hippo_core.errors import FailedPrecondition, InvalidArgument
+from hippo_retrieval import metrics
+from hippo_retrieval.domain.models import Mode, NewTurn, Scope, StoredTurn, Vector
+from hippo_retrieval.domain.ports import IndexSet, LexicalIndex, TurnStore, VectorIndex
+from hippo_retrieval.domain.projector import Projector
+from hippo_retrieval.domain.retriever import FusionConfig, Retriever, SearchResult
+from hippo_retrieval.domain.validation import Limits, check_turns, check_vector, require
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# How long Delete waits for both indexes to apply an erasure before answering. The erasure
+# is already durable and invisible (search results are read back from the turn store);
+# this only keeps the index files from holding erased vectors after Forget returns.
+DELETE_VISIBLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class ProjectionConfig:
+    commit_interval_s: float = 0.5
+    commit_every: int = 1000
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    turns: list[tuple[StoredTurn, bool]]  # (stored turn, created now) in request order
+    searchable: bool
+
+
+@dataclass(frozen=True)
+class Status:
+    last_seq: int
+    lexical_seq: int
+    vector_seq: int
+    vector_backend: str
+    dimension: int
+    turns: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class ReindexProgress:
+    applied: int
+    last_seq: int
+    done: bool
+
+
+class _Generation:
+    """One live pair of indexes, its projector and retriever, and the searches using it."""
+
+    def __init__(
+        self,
+        number: int,
+        store: TurnStore,
+        lexical: LexicalIndex,
+        vectors: VectorIndex,
+        fusion: FusionConfig,
+        projection: ProjectionConfig,
+    ) -> None:
+        self.number = number
+        self.lexical = lexical
+        self.vectors = vectors
+        self.projector = Projector(
+            store,
+            lexical,
+            vectors,
+            commit_interval_s=projection.commit_interval_s,
+            commit_every=projection.commit_every,
+            on_progress=metrics.record_progress,
+        )
+        self.retriever = Retriever(store, lexical, vectors, fusion)
+        self.users = 0  # searches in flight, guarded by RetrievalService._lock
+
+    def close_indexes(self) -> None:
+        try:
+            self.lexical.close()
+        finally:
+            self.vectors.close()
+
+
+class RetrievalService:
+    def __init__(
+        self,
+        store: TurnStore,
+        indexes: IndexSet,
+        *,
+        fusion: FusionConfig,
+        projection: ProjectionConfig,
+        limits: Limits,
+        threads: int = 4,
+    ) -> None:
+        self._store = store
+        self._indexes = indexes
+        self._fusion = fusion
+        self._projection = projection
+        self._limits = limits
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="retrieval")
+        self._lock = threading.Condition()
+        self._live: _Generation | None = None
+        self._reindexing = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def open(self, progress: Callable[[int], None] | None = None) -> int:
+        """Open the live generation and apply what it missed (blocking: warm-up runs it
+        off the event loop). Returns the number of changes applied while catching up."""
+        number = self._indexes.current()
+        # Leftovers of a rebuild that crashed before (n+1) or after (n-1) its switch.
+        for stale in (number - 1, number + 1):
+            if stale >= 1:
+                self._indexes.remove(stale)
+        live = self._generation(number)
+        applied = live.projector.catch_up(progress)
+        live.projector.start()
+        self._live = live
+        metrics.TURNS.set(self._store.size())
+        log.info("indexes open", extra={"generation": number, "caught_up": applied})
+        return applied
+
+    def close(self) -> None:
+        """Apply and commit what is pending, then close the indexes and the store."""
+        live, self._live = self._live, None
+        try:
+            if live is not None:
+                live.projector.close()
+                live.close_indexes()
+        finally:
+            self._pool.shutdown(wait=True)
+            self._store.close()
+
+    # -- use cases ---------------------------------------------------------------------
+
+    async def write(
+        self, tenant: str, turns: Sequence[NewTurn], wait_searchable: bool, timeout: float | None
+    ) -> WriteResult:
+        check_turns(tenant, turns, self._limits)
+        if any(t.tenant != tenant for t in turns):
+            raise InvalidArgument("turns", "every turn must belong to the request's tenant")
+        stored = await self._run(self._store.append, turns)
+        created = sum(1 for _, new in stored if new)
+        metrics.WRITES.labels("created").inc(created)
+        metrics.WRITES.labels("existing").inc(len(stored) - created)
+        if created:
+            metrics.TURNS.inc(created)
+        live = self._require_live()
+        live.projector.notify(urgent=wait_searchable)
+        searchable = False
+        if wait_searchable:
+            searchable = await self._wait_visible(max(t.seq for t, _ in stored), timeout)
+        return WriteResult(stored, searchable)
+
+    async def search(
+        self, scope: Scope, query: str, vector: Vector | None, mode: Mode, top_k: int
+    ) -> SearchResult:
+        require("tenant", scope.tenant)
+        require("user_id", scope.user)
+        if vector is not None:
+            check_vector("vector", vector, self._limits.dimension)
+        if mode in (Mode.HYBRID, Mode.LEXICAL) and not query.strip():
+            raise InvalidArgument("query", f"is required in {mode.value} mode")
+        if mode in (Mode.HYBRID, Mode.SEMANTIC) and vector is None:
+            raise InvalidArgument("vector", f"is required in {mode.value} mode")
+        with metrics.SEARCH_SECONDS.labels(mode.value).time(), self._using() as live:
+            result = await self._run(live.retriever.search, scope, query, vector, mode, top_k)
+        metrics.CANDIDATES.labels("lexical").observe(result.lexical_candidates)
+        metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)
+        return result
+
+    async def delete(
+        self,
+        tenant: str,
+        user: str,
+        session: str | None,
+        memory_ids: Sequence[str],
+        timeout: float | None,
+    ) -> list[str]:
+        require("tenant", tenant)
+        require("user_id", user)
+        if session is not None:
+            require("session_id", session)
+        if len(memory_ids) > self._limits.max_memory_ids:
+            raise InvalidArgument(
+                "memory_ids", f"at most {self._limits.max_memory_ids} ids, got {len(memory_ids)}"
+            )
+        erased = await self._run(
+            self._store.delete, tenant, user, session=session, memory_ids=memory_ids
+        )
+        if erased:
+            metrics.DELETES.inc(len(erased))
+            metrics.TURNS.dec(len(erased))
+            wait = DELETE_VISIBLE_S if timeout is None else min(timeout, DELETE_VISIBLE_S)
+            if not await self._wait_visible(self._store.last_seq(), wait):
+                log.warning("delete: indexes had not applied the erasure within %.1f s", wait)
+        return erased
+
+    def status(self) -> Status:
+        live = self._require_live()
+        lexical, vectors = live.lexical.applied_seq(), live.vectors.applied_seq()
+        return Status(
+            last_seq=self._store.last_seq(),
+            lexical_seq=lexical,
+            vector_seq=vectors,
+            vector_backend=self._indexes.vector_backend,
+            dimension=self._limits.dimension,
+            turns=self._store.size(),
+            generation=live.number,
+        )
+
+    async def reindex(self) -> AsyncIterator[ReindexProgress]:
+        """Rebuild both indexes from the turn store beside the live ones, then switch.
+        A caller that goes away does not stop it: the rebuild completes on its own."""
+        with self._lock:
+            if self._reindexing:
+                raise FailedPrecondition("a reindex is already running", reason="REINDEX_RUNNING")
+            self._reindexing = True
+        queue: asyncio.Queue[ReindexProgress | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def report(applied: int, done: bool = False) -> None:
+            item = ReindexProgress(applied, self._store.last_seq(), done)
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        job = loop.run_in_executor(self._pool, self._rebuild, report)
+        # Scheduled after every report the rebuild made, so it arrives last.
+        job.add_done_callback(lambda _: queue.put_nowait(None))
+        while (item := await queue.get()) is not None:
+            yield item
+        await job  # raises what the rebuild raised
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _generation(self, number: int) -> _Generation:
+        lexical, vectors = self._indexes.open(number)
+        return _Generation(number, self._store, lexical, vectors, self._fusion, self._projection)
+
+    def _rebuild(self, report: Callable[..., None]) -> None:
+        try:
+            self._switch_to_new_generation(report)
+        finally:
+            with self._lock:
+                self._reindexing = False
+
+    def _switch_to_new_generation(self, report: Callable[..., None]) -> None:
+        old = self._require_live()
+        number = old.number + 1
+        self._indexes.remove(number)  # a half-built generation from an interrupted run
+        new = self._generation(number)
+        try:
+            applied = new.projector.catch_up(report)
+            # The switch: the old projector stops, the new one takes the last writes,
+            # starts its thread, and becomes live; then the record is made durable.
+            old.projector.stop()
+            applied += new.projector.catch_up()
+            new.projector.start()
+        except BaseException:
+            new.projector.stop()
+            new.close_indexes()
+            self._indexes.remove(number)
+            old.projector.start()
+            raise
+        with self._lock:
+            self._live = new
+        self._indexes.set_current(number)
+        metrics.REINDEXES.inc()
+        with self._lock:  # searches that began on the old generation finish on it
+            while old.users:
+                self._lock.wait()
+        old.close_indexes()
+        self._indexes.remove(old.number)
+        log.info("reindex done", extra={"generation": number, "applied": applied})
+        report(applied, True)
+
+    def _require_live(self) -> _Generation:
+        live = self._live
+        if live is None:
+            raise FailedPrecondition("the indexes are not open")
+        return live
+
+    @contextmanager
+    def _using(self) -> Iterator[_Generation]:
+        with self._lock:
+            live = self._require_live()
+            live.users += 1
+        try:
+            yield live
+        finally:
+            with self._lock:
+                live.users -= 1
+                if not live.users:
+                    self._lock.notify_all()
+
+    async def _wait_visible(self, seq: int, timeout: float | None) -> bool:
+        """Poll (without holding a thread) until `seq` is searchable, within `timeout`."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (timeout if timeout is not None else 5.0)
+        while True:
+            live = self._require_live()  # re-read: a reindex may switch generations
+            if live.projector.visible_seq() >= seq:
+                return True
+            if loop.time() >= end:
+                return False
+            live.projector.notify(urgent=True)
+            await asyncio.sleep(0.01)
+
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))

@@ -1,0 +1,53 @@
+"""The retrieval service's own contract, checked before anything is written.
+
+The gateway validates the public API's limits; these checks keep the internal service
+safe on its own (another caller, a bug upstream): a bad batch fails whole, naming the
+field as the proto spells it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hippo_core.errors import InvalidArgument
+from hippo_retrieval.domain.models import NewTurn
+
+MAX_ID = 128
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_turns: int = 1024
+    dimension: int = 384
+    max_memory_ids: int = 10_000
+
+
+def require(field: str, value: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_ID:
+        raise InvalidArgument(field, f"at most {MAX_ID} characters, got {len(value)}")
+
+
+def check_turns(tenant: str, turns: Sequence[NewTurn], limits: Limits) -> None:
+    require("tenant", tenant)
+    if not 1 <= len(turns) <= limits.max_turns:
+        raise InvalidArgument("turns", f"must hold 1..{limits.max_turns} turns, got {len(turns)}")
+    for i, turn in enumerate(turns):
+        require(f"turns[{i}].memory_id", turn.memory_id)
+        require(f"turns[{i}].user_id", turn.user)
+        require(f"turns[{i}].session_id", turn.session)
+        if turn.vector is not None:
+            check_vector(f"turns[{i}].vector", turn.vector, limits.dimension)
+
+
+def check_vector(field: str, vector: np.ndarray, dimension: int) -> None:
+    if vector.shape != (dimension,):
+        raise InvalidArgument(
+            field, f"must hold {dimension} float32 values, got {vector.size}", reason="DIMENSION"
+        )
+    if not np.all(np.isfinite(vector)):
+        raise InvalidArgument(field, "holds NaN or infinite values")

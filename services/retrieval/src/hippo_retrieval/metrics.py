@@ -1,0 +1,44 @@
+"""Domain metrics of the retrieval service (`hippo_retrieval_*`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SEARCH_SECONDS = Histogram(
+    "hippo_retrieval_search_seconds",
+    "Time of one search inside the service (both retrievers, fusion, reading the rows).",
+    ["mode"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+CANDIDATES = Histogram(
+    "hippo_retrieval_candidates",
+    "Candidates one retriever returned for a search, before fusion.",
+    ["retriever"],
+    buckets=(0, 1, 5, 10, 20, 50, 100, 200, 500),
+)
+WRITES = Counter(
+    "hippo_retrieval_turns_written",
+    "Turns in Write calls: created = stored now, existing = the id was already stored.",
+    ["result"],
+)
+DELETES = Counter("hippo_retrieval_turns_deleted", "Turns erased from the turn store.")
+TURNS = Gauge("hippo_retrieval_turns", "Turns held in the turn store (all tenants).")
+SEQ = Gauge(
+    "hippo_retrieval_seq",
+    "Last sequence number: of the turn store (store) and searchable in each index.",
+    ["store"],
+)
+LAG = Gauge(
+    "hippo_retrieval_index_lag",
+    "Sequence numbers committed to the turn store but not yet searchable in the index.",
+    ["index"],
+)
+REINDEXES = Counter("hippo_retrieval_reindexes", "Completed index rebuilds.")
+
+
+def record_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
+    SEQ.labels("store").set(store_seq)
+    SEQ.labels("lexical").set(lexical_seq)
+    SEQ.labels("vector").set(vector_seq)
+    LAG.labels("lexical").set(store_seq - lexical_seq)
+    LAG.labels("vector").set(store_seq - vector_seq)

@@ -1,0 +1,71 @@
+"""gRPC edge of the retrieval service: convert in, one domain call, convert out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from hippo_core.errors import Unavailable
+from hippo_retrieval import convert
+from hippo_retrieval.domain.service import RetrievalService
+
+
+class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
+    """Registered when the port binds; given its domain service once warm-up has opened
+    the stores. Until then health is NOT_SERVING and calls get UNAVAILABLE."""
+
+    def __init__(self) -> None:
+        self.service: RetrievalService | None = None
+
+    def _domain(self) -> RetrievalService:
+        if self.service is None:
+            raise Unavailable("the retrieval stores are still opening; retry shortly")
+        return self.service
+
+    async def Write(
+        self, request: retrieval_pb2.WriteRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.WriteResponse:
+        result = await self._domain().write(
+            request.tenant,
+            convert.new_turns(request),
+            request.wait_searchable,
+            context.time_remaining(),
+        )
+        return convert.write_response(result)
+
+    async def Search(
+        self, request: retrieval_pb2.SearchRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.SearchResponse:
+        result = await self._domain().search(
+            convert.scope(request),
+            request.query,
+            convert.vector(request.vector, "vector"),
+            convert.mode(request.mode),
+            request.top_k or 10,
+        )
+        return convert.search_response(result)
+
+    async def Delete(
+        self, request: retrieval_pb2.DeleteRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.DeleteResponse:
+        erased = await self._domain().delete(
+            request.tenant,
+            request.user_id,
+            request.session_id or None,
+            list(request.memory_ids),
+            context.time_remaining(),
+        )
+        return retrieval_pb2.DeleteResponse(memory_ids=erased)
+
+    async def Status(
+        self, request: retrieval_pb2.StatusRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.StatusResponse:
+        return convert.status_response(self._domain().status())
+
+    async def Reindex(
+        self, request: retrieval_pb2.ReindexRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[retrieval_pb2.ReindexResponse]:
+        async for progress in self._domain().reindex():
+            yield convert.reindex_response(progress)

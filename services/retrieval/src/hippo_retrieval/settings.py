@@ -1,0 +1,69 @@
+"""Settings of the retrieval service (environment prefix `HIPPO_RETRIEVAL_`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from hippo_core.settings import ServiceSettings
+
+
+class RetrievalSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="HIPPO_RETRIEVAL_")
+
+    port: int = Field(50053, ge=0, le=65535, description="gRPC port (0 picks a free one).")
+    metrics_port: int = Field(
+        9103, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
+    )
+    data_dir: str = Field(
+        "var/retrieval",
+        description="Where the turn store (turns.sqlite3) and the local indexes live. "
+        "Losing the indexes costs a rebuild; losing turns.sqlite3 loses the memories.",
+    )
+    dimension: int = Field(
+        384, ge=1, le=65536, description="Vector size; must match the embedding model."
+    )
+    qdrant_url: str = Field(
+        "",
+        description="Qdrant server URL (e.g. http://qdrant:6333). Empty: vectors are kept "
+        "in-process by qdrant-edge under data_dir (the single-machine default).",
+    )
+    qdrant_api_key: SecretStr = Field(
+        SecretStr(""), description="API key of the Qdrant server; empty for none."
+    )
+    qdrant_collection: str = Field(
+        "hippo_turns",
+        pattern=r"^[A-Za-z0-9_-]{1,200}$",
+        description="Collection name prefix on the Qdrant server; generation n of the "
+        "index is `<prefix>_g<n>`. Give each retrieval shard its own prefix.",
+    )
+    qdrant_timeout_seconds: float = Field(
+        5.0, gt=0, description="Deadline of each call to the Qdrant server."
+    )
+    rrf_k: float = Field(
+        60.0, gt=0, description="Reciprocal Rank Fusion constant: score = sum w / (k + rank)."
+    )
+    lexical_weight: float = Field(1.0, ge=0, description="RRF weight of the BM25 retriever.")
+    semantic_weight: float = Field(1.0, ge=0, description="RRF weight of the vector retriever.")
+    candidates: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Results each retriever hands to fusion (more than top_k: RRF rewards "
+        "documents both rank well, which can sit below either one's top_k).",
+    )
+    max_top_k: int = Field(100, ge=1, le=1000, description="Largest top_k a Search may ask.")
+    max_turns_per_write: int = Field(1024, ge=1, description="Most turns per Write call.")
+    commit_interval_seconds: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="The BM25 index commits at most this long after a write (a commit per "
+        "write would cost an fsync and a segment each). Bounds write-to-searchable time.",
+    )
+    commit_every: int = Field(
+        1000, ge=1, description="The BM25 index also commits once this many changes wait."
+    )
+    threads: int = Field(
+        4, ge=1, le=64, description="Worker threads for store and index calls (blocking I/O)."
+    )
