@@ -140,7 +140,7 @@ class RetrievalService:
         live.projector.start()
         self._live = live
         metrics.TURNS.set(self._store.size())
-        log.info("indexes open", extra={"generation": number, "caught_up": applied})
+        log.info("indexes open: generation %d, %d changes caught up", number, applied)
         return applied
 
     def close(self) -> None:
@@ -293,7 +293,7 @@ class RetrievalService:
                 self._lock.wait()
         old.close_indexes()
         self._indexes.remove(old.number)
-        log.info("reindex done", extra={"generation": number, "applied": applied})
+        log.info("reindex done: generation %d live, %d changes applied", number, applied)
         report(applied, True)
 
     def _require_live(self) -> _Generation:

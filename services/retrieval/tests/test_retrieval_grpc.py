@@ -1,0 +1,243 @@
+"""The retrieval service as a real process, through gRPC with the generated stubs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from hippo.memory.v1 import memory_pb2
+from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from hippo_core.testing import ServiceProcess, service_process, wait_for
+
+FULL_NAME = "hippo.retrieval.v1.RetrievalService"
+DIM = 8
+PREFIX = "HIPPO_RETRIEVAL_"
+
+
+def vec(seed: int) -> bytes:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return (v / np.linalg.norm(v)).astype("<f4").tobytes()
+
+
+def new_turn(
+    text: str, seed: int, *, user: str = "u1", session: str = "s1"
+) -> retrieval_pb2.NewTurn:
+    return retrieval_pb2.NewTurn(
+        memory_id=str(uuid.uuid4()),
+        user_id=user,
+        session_id=session,
+        role=memory_pb2.ROLE_USER,
+        text=text,
+        time_us=1_700_000_000_000_000 + seed,
+        client_id=f"c{seed}",
+        metadata={"speaker": "Ada"},
+        vector=vec(seed),
+    )
+
+
+def start(data_dir: Path) -> AbstractContextManager[ServiceProcess]:
+    env = {f"{PREFIX}DATA_DIR": str(data_dir), f"{PREFIX}DIMENSION": str(DIM)}
+    return service_process("hippo_retrieval", PREFIX, env)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    env = {
+        f"{PREFIX}DATA_DIR": str(tmp_path_factory.mktemp("retrieval")),
+        f"{PREFIX}DIMENSION": str(DIM),
+    }
+    with service_process("hippo_retrieval", PREFIX, env) as proc:
+        wait_for(proc.addr, FULL_NAME, timeout=60)
+        yield proc
+
+
+@pytest.fixture
+def stub(server: ServiceProcess) -> Iterator[retrieval_pb2_grpc.RetrievalServiceStub]:
+    with grpc.insecure_channel(server.addr) as channel:
+        yield retrieval_pb2_grpc.RetrievalServiceStub(channel)
+
+
+def search(
+    stub,
+    tenant: str,
+    query: str,
+    *,
+    seed: int | None = None,
+    mode: int = 0,
+    user: str = "u1",
+    top_k: int = 10,
+):  # type: ignore[no-untyped-def]
+    return stub.Search(
+        retrieval_pb2.SearchRequest(
+            tenant=tenant,
+            user_id=user,
+            query=query,
+            vector=vec(seed) if seed is not None else b"",
+            mode=mode,
+            top_k=top_k,
+        ),
+        timeout=5,
+    )
+
+
+def test_write_then_search_round_trips_every_field(stub) -> None:  # type: ignore[no-untyped-def]
+    turns = [
+        new_turn("ERR_CONNECTION_REFUSED when handleSubmit( runs", 1),
+        new_turn("lunch was pasta", 2),
+    ]
+    reply = stub.Write(
+        retrieval_pb2.WriteRequest(tenant="acme", turns=turns, wait_searchable=True), timeout=5
+    )
+    assert list(reply.created) == [True, True] and reply.searchable
+    assert [r.sequence for r in reply.records] == [1, 2]
+    again = stub.Write(retrieval_pb2.WriteRequest(tenant="acme", turns=turns), timeout=5)
+    assert list(again.created) == [False, False]  # the first write wins
+    hits = search(
+        stub, "acme", "ERR_CONNECTION_REFUSED", seed=1, mode=memory_pb2.RECALL_MODE_HYBRID
+    ).hits
+    top = hits[0]
+    assert top.memory.memory_id == turns[0].memory_id
+    assert top.lexical_rank == 1 and top.semantic_rank == 1
+    assert top.fused_score == pytest.approx(2 / 61)
+    assert top.semantic_score == pytest.approx(1.0, abs=1e-5) and top.lexical_score > 0
+    m = top.memory
+    assert (m.scope.user_id, m.scope.session_id, m.role, m.client_id) == (
+        "u1",
+        "s1",
+        memory_pb2.ROLE_USER,
+        "c1",
+    )
+    assert (
+        dict(m.metadata) == {"speaker": "Ada"} and m.time.ToMicroseconds() == 1_700_000_000_000_001
+    )
+    assert search(stub, "other-tenant", "ERR_CONNECTION_REFUSED", seed=1).hits == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "handleSubmit(",
+        "ERR_CONNECTION_REFUSED:",
+        'say "hello',
+        "AND OR NOT",
+        "*",
+        "~",
+        "🦛🦛",
+        "x" * 10_240,
+        "user_id:u2",
+    ],
+)
+def test_user_text_never_breaks_the_query(stub, query: str) -> None:  # type: ignore[no-untyped-def]
+    reply = search(stub, "acme", query, mode=memory_pb2.RECALL_MODE_LEXICAL)
+    assert all(h.memory.scope.user_id == "u1" for h in reply.hits)
+
+
+def test_bad_requests_get_invalid_argument_naming_the_field(stub) -> None:  # type: ignore[no-untyped-def]
+    bad_role = new_turn("x", 3)
+    bad_role.role = memory_pb2.ROLE_UNSPECIFIED
+    short = new_turn("x", 4)
+    short.vector = b"\x00" * 12
+    ragged = new_turn("x", 5)
+    ragged.vector = b"\x00" * 13
+    cases = [
+        (retrieval_pb2.WriteRequest(tenant="", turns=[new_turn("x", 3)]), "tenant: is required"),
+        (retrieval_pb2.WriteRequest(tenant="acme", turns=[bad_role]), "turns[0].role"),
+        (retrieval_pb2.WriteRequest(tenant="acme", turns=[short]), "turns[0].vector: must hold 8"),
+        (
+            retrieval_pb2.WriteRequest(tenant="acme", turns=[ragged]),
+            "turns[0].vector: must be packed",
+        ),
+        (retrieval_pb2.WriteRequest(tenant="acme"), "turns: must hold 1.."),
+    ]
+    for request, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Write(request, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        search(stub, "acme", "q", top_k=101, mode=memory_pb2.RECALL_MODE_LEXICAL)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "top_k" in err.value.details()
+
+
+def test_delete_and_status(stub) -> None:  # type: ignore[no-untyped-def]
+    turns = [new_turn(f"gone-{i} canary", 10 + i, user="u9", session=f"s{i % 2}") for i in range(4)]
+    stub.Write(
+        retrieval_pb2.WriteRequest(tenant="acme", turns=turns, wait_searchable=True), timeout=5
+    )
+    one = stub.Delete(
+        retrieval_pb2.DeleteRequest(tenant="acme", user_id="u9", memory_ids=[turns[0].memory_id]),
+        timeout=5,
+    )
+    assert list(one.memory_ids) == [turns[0].memory_id]
+    session = stub.Delete(
+        retrieval_pb2.DeleteRequest(tenant="acme", user_id="u9", session_id="s1"), timeout=5
+    )
+    assert set(session.memory_ids) == {turns[1].memory_id, turns[3].memory_id}
+    assert (
+        search(stub, "acme", "canary", user="u9", seed=12, mode=memory_pb2.RECALL_MODE_HYBRID)
+        .hits[0]
+        .memory.memory_id
+        == turns[2].memory_id
+    )
+    rest = stub.Delete(retrieval_pb2.DeleteRequest(tenant="acme", user_id="u9"), timeout=5)
+    assert list(rest.memory_ids) == [turns[2].memory_id]
+    assert search(stub, "acme", "canary", user="u9", seed=12).hits == []
+    again = stub.Delete(retrieval_pb2.DeleteRequest(tenant="acme", user_id="u9"), timeout=5)
+    assert list(again.memory_ids) == []  # idempotent
+    status = stub.Status(retrieval_pb2.StatusRequest(), timeout=5)
+    assert status.lexical_seq == status.vector_seq == status.last_seq > 0
+    assert status.vector_backend == "edge" and status.dimension == DIM
+
+
+def test_reindex_streams_progress_and_keeps_results(stub) -> None:  # type: ignore[no-untyped-def]
+    before = search(stub, "acme", "pasta lunch", seed=2).hits
+    reports = list(stub.Reindex(retrieval_pb2.ReindexRequest(), timeout=30))
+    assert reports and reports[-1].done and reports[-1].applied > 0
+    after = search(stub, "acme", "pasta lunch", seed=2).hits
+    assert [h.memory.memory_id for h in after] == [h.memory.memory_id for h in before]
+
+
+def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
+    """Every turn whose Write returned OK is, after kill -9 and a restart, searchable in
+    both indexes exactly once; a retried Write stores nothing twice."""
+    acknowledged: list[retrieval_pb2.NewTurn] = []
+    with start(tmp_path) as proc:
+        wait_for(proc.addr, FULL_NAME, timeout=60)
+        with grpc.insecure_channel(proc.addr) as channel:
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            for batch in range(20):
+                turns = [new_turn(f"token{batch}x{i} durable", 100 * batch + i) for i in range(5)]
+                stub.Write(retrieval_pb2.WriteRequest(tenant="acme", turns=turns), timeout=5)
+                acknowledged.extend(turns)
+        os.kill(proc.process.pid, signal.SIGKILL)  # no chance to commit the BM25 index
+        proc.process.wait()
+    with start(tmp_path) as again:
+        wait_for(again.addr, FULL_NAME, timeout=60)
+        with grpc.insecure_channel(again.addr) as channel:
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            status = stub.Status(retrieval_pb2.StatusRequest(), timeout=5)
+            assert status.turns == len(acknowledged) == 100
+            assert status.lexical_seq == status.vector_seq == status.last_seq
+            for turn in acknowledged:
+                token = turn.text.split()[0]
+                lexical = search(stub, "acme", token, mode=memory_pb2.RECALL_MODE_LEXICAL).hits
+                assert [h.memory.memory_id for h in lexical] == [turn.memory_id]
+                seed = int(turn.client_id[1:])
+                semantic = search(
+                    stub, "acme", "", seed=seed, mode=memory_pb2.RECALL_MODE_SEMANTIC, top_k=1
+                ).hits
+                assert semantic[0].memory.memory_id == turn.memory_id
+            retry = stub.Write(
+                retrieval_pb2.WriteRequest(tenant="acme", turns=acknowledged[:50]), timeout=5
+            )
+            assert not any(retry.created)
+            assert stub.Status(retrieval_pb2.StatusRequest(), timeout=5).turns == 100
+        assert again.terminate() == 0
