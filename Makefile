@@ -4,9 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/retrieval -e libs/cli
-SOURCES := libs/core/src libs/cli/src services/embedding/src services/retrieval/src bench scripts
-TESTS := tests libs/core/tests services/embedding/tests services/retrieval/tests
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/retrieval -e services/gateway -e libs/cli
+SOURCES := libs/core/src libs/cli/src services/embedding/src services/retrieval/src services/gateway/src bench scripts
+TESTS := tests libs/core/tests services/embedding/tests services/retrieval/tests services/gateway/tests
 
 .DEFAULT_GOAL := help
 

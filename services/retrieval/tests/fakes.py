@@ -7,6 +7,7 @@ real storage; these only let the domain's logic be tested fast and deterministic
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,16 @@ from hippo_retrieval.domain.models import (
     StoredTurn,
     Vector,
 )
+
+_IDS = uuid.UUID("0b9f6c1e-2a55-4d0e-8c53-6e2f1c7a9d41")
+
+
+def memory_id(*parts: str, client_id: str = "") -> str:
+    """A UUID-shaped memory id, as the gateway makes them: stable for the same parts and
+    client id, fresh (random) without a client id."""
+    if not client_id:
+        return str(uuid.uuid4())
+    return str(uuid.uuid5(_IDS, "\x1f".join((*parts, client_id))))
 
 
 def _words(text: str) -> set[str]:

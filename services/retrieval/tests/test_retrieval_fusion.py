@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hippo_retrieval.domain.fusion import rrf
-from hippo_retrieval.domain.ids import memory_id
 from hippo_retrieval.domain.models import Candidate
 
 
@@ -54,14 +53,3 @@ def test_fusion_properties(lists: dict[str, list[str]]) -> None:
     assert [h.fused_score for h in hits] == sorted((h.fused_score for h in hits), reverse=True)
     for h in hits:
         assert all(lists[name][rank - 1] == h.memory_id for name, rank in h.ranks.items())
-
-
-def test_ids_are_deterministic_per_scope_and_client_id() -> None:
-    a = memory_id("t1", "u1", "s1", client_id="D1:3")
-    assert a == memory_id("t1", "u1", "s1", client_id="D1:3")
-    assert a != memory_id("t2", "u1", "s1", client_id="D1:3")  # other tenant, other id
-    assert a != memory_id("t1", "u1", "s1", idempotency_key="D1:3")
-    k0 = memory_id("t1", "u1", "s1", idempotency_key="req-9", position=0)
-    assert k0 == memory_id("t1", "u1", "s1", idempotency_key="req-9", position=0)
-    assert k0 != memory_id("t1", "u1", "s1", idempotency_key="req-9", position=1)
-    assert memory_id("t1", "u1", "s1") != memory_id("t1", "u1", "s1")  # no key: fresh ids

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fakes import memory_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
-from hippo_retrieval.domain.ids import memory_id
 from hippo_retrieval.domain.models import Deletion, NewTurn, Role, StoredTurn
 
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from fakes import memory_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hippo_retrieval.adapters.tantivy_index import IndexLockedError, TantivyIndex
-from hippo_retrieval.domain.ids import memory_id
 from hippo_retrieval.domain.models import Candidate, Change, Deletion, Role, Scope, StoredTurn
 
 TENANT = "acme"

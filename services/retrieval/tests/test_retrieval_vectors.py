@@ -20,13 +20,13 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 import pytest
+from fakes import memory_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex, ShardLockedError
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex, from_url
-from hippo_retrieval.domain.ids import memory_id
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,

@@ -9,6 +9,7 @@ stop, and kills only what outlives its grace period.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -42,13 +43,14 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _start(spec: ServiceSpec, data_dir: Path) -> Running:
+def _start(spec: ServiceSpec, data_dir: Path, wiring: dict[str, str]) -> Running:
+    os.environ.update(wiring)  # so spec.settings() below reads what the process will
     settings = spec.settings()
     host, port = settings.host, settings.port
     metrics_port = settings.metrics_port
     log = data_dir / "log" / f"{spec.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **wiring, "HF_HUB_OFFLINE": "1"}
     if hasattr(settings, "data_dir"):  # stateful services keep their files under var/<name>
         env.setdefault(f"{spec.env_prefix()}DATA_DIR", str(data_dir / spec.name))
     with log.open("ab") as out:
@@ -63,6 +65,26 @@ def _start(spec: ServiceSpec, data_dir: Path) -> Running:
         log,
         float(settings.grace_seconds),
     )
+
+
+def _wiring(settings: CliSettings) -> dict[str, str]:
+    """What the local cluster needs that a bare service would not assume: the CLI's key,
+    accepted for tenant "local", unless the operator configured keys themselves."""
+    if "HIPPO_GATEWAY_API_KEYS" in os.environ:
+        return {}
+    return {"HIPPO_GATEWAY_API_KEYS": json.dumps({settings.api_key: "local"})}
+
+
+def _peer_addresses(started: Running) -> dict[str, str]:
+    """Tell every later service where `started` listens (`HIPPO_<SVC>_<PEER>_ADDR`), unless
+    the operator set that address explicitly."""
+    out = {}
+    for spec in SERVICES:
+        field = f"{started.spec.name}_addr"
+        name = f"{spec.env_prefix()}{field.upper()}"
+        if field in spec.settings_type().model_fields and name not in os.environ:
+            out[name] = started.addr
+    return out
 
 
 def _stop(running: list[Running]) -> None:
@@ -115,6 +137,7 @@ def up(settings: CliSettings) -> int:
     data_dir = Path(settings.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     running: list[Running] = []
+    wiring = _wiring(settings)
     stop = {"now": False}
 
     def on_signal(signum: int, _: object) -> None:
@@ -125,8 +148,9 @@ def up(settings: CliSettings) -> int:
     try:
         for spec in SERVICES:
             click.echo(f"starting {spec.name} ...", nl=False)
-            item = _start(spec, data_dir)
+            item = _start(spec, data_dir, wiring)
             running.append(item)
+            wiring.update(_peer_addresses(item))
             started = time.monotonic()
             ready = asyncio.run(
                 _wait_ready(item, settings.startup_timeout_seconds, lambda: stop["now"])

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_cli import launcher
+from hippo_cli import launcher, memory, ops, replay
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
@@ -42,7 +42,11 @@ def up(settings: CliSettings) -> None:
 @click.pass_obj
 def health(settings: CliSettings, as_json: bool) -> None:
     """Readiness of every service (exit code 1 if any is not SERVING)."""
-    addrs = {"embedding": settings.embedding_addr}
+    addrs = {
+        "gateway": settings.gateway_addr,
+        "embedding": settings.embedding_addr,
+        "retrieval": settings.retrieval_addr,
+    }
 
     async def run() -> dict[str, dict[str, str]]:
         out = {}
@@ -92,6 +96,13 @@ def embed(settings: CliSettings, texts: tuple[str, ...], as_json: bool) -> None:
         click.echo("cosine similarity:")
         for i, row in enumerate(sims):
             click.echo("  " + " ".join(f"{x:.3f}" for x in row) + f"  [{i}]")
+
+
+cli.add_command(memory.remember)
+cli.add_command(memory.recall)
+cli.add_command(memory.forget)
+cli.add_command(replay.replay)
+cli.add_command(ops.reindex)
 
 
 @cli.command("env-example")

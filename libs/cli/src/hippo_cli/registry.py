@@ -21,12 +21,14 @@ class ServiceSpec:
     settings_class: str  # "<module>.settings:<Class>"
     full_name: str  # proto service name = readiness health key
 
+    def settings_type(self) -> type[ServiceSettings]:
+        module, _, cls = self.settings_class.partition(":")
+        settings_cls: type[ServiceSettings] = getattr(importlib.import_module(module), cls)
+        return settings_cls
+
     def settings(self) -> ServiceSettings:
         """The service's settings as its process would read them from this environment."""
-        module, _, cls = self.settings_class.partition(":")
-        settings_cls = getattr(importlib.import_module(module), cls)
-        instance: ServiceSettings = settings_cls()
-        return instance
+        return self.settings_type()()
 
     def env_prefix(self) -> str:
         return f"HIPPO_{self.name.upper()}_"
@@ -39,14 +41,24 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "hippo_embedding.settings:EmbeddingSettings",
         "hippo.embedding.v1.EmbeddingService",
     ),
+    ServiceSpec(
+        "retrieval",
+        "hippo_retrieval",
+        "hippo_retrieval.settings:RetrievalSettings",
+        "hippo.retrieval.v1.RetrievalService",
+    ),
+    # The gateway calls every other service: it starts last.
+    ServiceSpec(
+        "gateway",
+        "hippo_gateway",
+        "hippo_gateway.settings:GatewaySettings",
+        "hippo.memory.v1.MemoryService",
+    ),
 )
 
 
 def settings_classes() -> list[tuple[str, type[BaseSettings]]]:
-    out = []
-    for spec in SERVICES:
-        module, _, cls = spec.settings_class.partition(":")
-        out.append((spec.name, getattr(importlib.import_module(module), cls)))
+    out: list[tuple[str, type[BaseSettings]]] = [(s.name, s.settings_type()) for s in SERVICES]
     from hippo_cli.settings import CliSettings
 
     out.append(("cli", CliSettings))

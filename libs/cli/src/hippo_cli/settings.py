@@ -9,8 +9,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class CliSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIPPO_CLI_", extra="forbid", frozen=True)
 
+    gateway_addr: str = Field(
+        "127.0.0.1:50051", description="Where the memory commands reach the gateway."
+    )
     embedding_addr: str = Field(
         "127.0.0.1:50052", description="Where `hippo embed` and `hippo health` reach embedding."
+    )
+    retrieval_addr: str = Field(
+        "127.0.0.1:50053",
+        description="Where `hippo reindex` and `hippo health` reach the retrieval service.",
+    )
+    api_key: str = Field(
+        "hippo-local-dev-key",
+        repr=False,
+        description="API key the memory commands send. `hippo up` configures the gateway to "
+        'accept it for tenant "local" unless HIPPO_GATEWAY_API_KEYS is set.',
     )
     timeout_seconds: float = Field(10.0, gt=0, description="Deadline of each CLI call.")
     data_dir: str = Field(

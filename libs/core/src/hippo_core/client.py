@@ -10,15 +10,16 @@ are bounded. The request id and trace context travel in metadata.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from hippo_core import context as request_context
-from hippo_core import metrics, tracing
+from hippo_core import errors, metrics, tracing
 from hippo_core.errors import DeadlineExceeded
 from hippo_core.settings import MIB, ClientSettings
 
@@ -133,3 +134,38 @@ def channel(
         *tracing.client_interceptors(),
     ]
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+# A peer's status, as the caller should see it. UNAVAILABLE, DEADLINE_EXCEEDED and
+# RESOURCE_EXHAUSTED pass through (the caller's retry policy applies to them);
+# INVALID_ARGUMENT, NOT_FOUND and FAILED_PRECONDITION pass through with the peer's message
+# (it names the field); anything else means we broke the contract: INTERNAL.
+_PASS_THROUGH: dict[grpc.StatusCode, type[errors.HippoError]] = {
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+}
+
+
+def peer_error(exc: grpc.aio.AioRpcError, peer: str) -> errors.HippoError:
+    """The HippoError to raise for a failed call to `peer` (e.g. "retrieval")."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        field, _, problem = details.partition(": ")
+        return errors.InvalidArgument(field, problem or details)
+    kind = _PASS_THROUGH.get(code)
+    if kind is not None:
+        return kind(f"{peer}: {details}" if details else f"{peer} is {code.name.lower()}")
+    return errors.Internal(f"{peer} failed ({code.name})")
+
+
+@contextlib.asynccontextmanager
+async def calling(peer: str) -> AsyncIterator[None]:
+    """`async with calling("retrieval"): await stub.X(...)` turns a failed call into the
+    HippoError its status means, so the caller's error interceptor maps it correctly."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        raise peer_error(exc, peer) from exc

@@ -23,6 +23,7 @@ class Code(enum.Enum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
     INTERNAL = "INTERNAL"
 
 
@@ -95,3 +96,17 @@ class Unavailable(HippoError):
 class DeadlineExceeded(HippoError):
     code = Code.DEADLINE_EXCEEDED
     reason = "DEADLINE_EXCEEDED"
+
+
+class Unimplemented(HippoError):
+    """The RPC exists in the contract but this deployment does not serve it (yet)."""
+
+    code = Code.UNIMPLEMENTED
+    reason = "UNIMPLEMENTED"
+
+
+class Internal(HippoError):
+    """A fault on our side (e.g. a peer rejected what we sent); the message is generic."""
+
+    code = Code.INTERNAL
+    reason = "INTERNAL"

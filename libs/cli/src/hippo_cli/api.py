@@ -1,0 +1,73 @@
+"""Calling the gateway from the CLI: the key in metadata, a deadline, readable errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+import grpc
+
+from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
+from hippo_cli.settings import CliSettings
+from hippo_core import client
+
+T = TypeVar("T")
+
+MODES = {
+    "hybrid": memory_pb2.RECALL_MODE_HYBRID,
+    "lexical": memory_pb2.RECALL_MODE_LEXICAL,
+    "semantic": memory_pb2.RECALL_MODE_SEMANTIC,
+}
+ROLES = {
+    "user": memory_pb2.ROLE_USER,
+    "assistant": memory_pb2.ROLE_ASSISTANT,
+    "system": memory_pb2.ROLE_SYSTEM,
+    "tool": memory_pb2.ROLE_TOOL,
+}
+ROLE_NAMES = {v: k for k, v in ROLES.items()}
+
+
+def metadata(settings: CliSettings) -> tuple[tuple[str, str], ...]:
+    return (("x-api-key", settings.api_key),)
+
+
+@asynccontextmanager
+async def gateway(settings: CliSettings) -> AsyncIterator[memory_pb2_grpc.MemoryServiceStub]:
+    async with client.channel(settings.gateway_addr) as channel:
+        yield memory_pb2_grpc.MemoryServiceStub(channel)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro`; a failed call prints `error: CODE: message` and exits with status 2."""
+    try:
+        return asyncio.run(coro)
+    except grpc.aio.AioRpcError as exc:
+        click.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
+        sys.exit(2)
+
+
+def iso(ts: Any) -> str:
+    """A protobuf Timestamp as 'YYYY-MM-DD HH:MM' (UTC)."""
+    return datetime.fromtimestamp(ts.ToMicroseconds() / 1e6, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def hit_json(hit: memory_pb2.Hit) -> dict[str, Any]:
+    m = hit.memory
+    return {
+        "memory_id": m.memory_id,
+        "client_id": m.client_id,
+        "session_id": m.scope.session_id,
+        "role": ROLE_NAMES.get(m.role, "unspecified"),
+        "text": m.text,
+        "time": datetime.fromtimestamp(m.time.ToMicroseconds() / 1e6, UTC).isoformat(),
+        "fused_score": hit.fused_score,
+        "lexical_rank": hit.lexical_rank,
+        "semantic_rank": hit.semantic_rank,
+        "lexical_score": hit.lexical_score,
+        "semantic_score": hit.semantic_score,
+    }

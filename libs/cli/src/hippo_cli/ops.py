@@ -1,0 +1,35 @@
+"""Operator commands that talk to internal services directly."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from hippo_cli import api
+from hippo_cli.settings import CliSettings
+from hippo_core import client
+
+
+@click.command()
+@click.pass_obj
+def reindex(settings: CliSettings) -> None:
+    """Rebuild the BM25 and vector indexes from the turn store (the service keeps serving)."""
+
+    async def call() -> retrieval_pb2.ReindexResponse:
+        async with client.channel(settings.retrieval_addr) as channel:
+            stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+            status = await stub.Status(retrieval_pb2.StatusRequest(), timeout=10)
+            last = retrieval_pb2.ReindexResponse()
+            with click.progressbar(
+                length=max(1, status.turns), label="reindexing", file=sys.stderr
+            ) as bar:
+                # No deadline beyond the service's own: a large store takes minutes.
+                async for report in stub.Reindex(retrieval_pb2.ReindexRequest(), timeout=24 * 3600):
+                    bar.update(report.applied - last.applied)
+                    last = report
+            return last
+
+    last = api.run(call())
+    click.echo(f"reindexed: {last.applied} changes applied; the new indexes are live")

@@ -1,0 +1,1 @@
+"""Hippo gateway: the public Memory API."""

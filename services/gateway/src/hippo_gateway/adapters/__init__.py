@@ -1,0 +1,1 @@
+"""Clients of the peer services (embedding, retrieval)."""

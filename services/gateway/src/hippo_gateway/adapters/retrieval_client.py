@@ -1,0 +1,47 @@
+"""The retrieval service through gRPC (the `TurnStore` port)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from hippo_core.client import calling
+from hippo_gateway import convert
+from hippo_gateway.domain.models import Memory, Recalled, RecallQuery, TurnToStore, Vectors
+
+
+class GrpcTurnStore:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+
+    async def write(self, tenant: str, turns: Sequence[TurnToStore]) -> list[tuple[Memory, bool]]:
+        request = retrieval_pb2.WriteRequest(
+            tenant=tenant, turns=[convert.new_turn(t) for t in turns]
+        )
+        async with calling("retrieval"):
+            reply = await self._stub.Write(request)
+        return [
+            (convert.memory(r), bool(c)) for r, c in zip(reply.records, reply.created, strict=True)
+        ]
+
+    async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled:
+        packed = b"" if vector is None else vector.astype("<f4").tobytes()
+        async with calling("retrieval"):
+            reply = await self._stub.Search(convert.search_request(tenant, query, packed))
+        return Recalled(
+            hits=[convert.hit(h) for h in reply.hits],
+            lexical_candidates=reply.lexical_candidates,
+            semantic_candidates=reply.semantic_candidates,
+        )
+
+    async def delete(
+        self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
+    ) -> list[str]:
+        request = retrieval_pb2.DeleteRequest(
+            tenant=tenant, user_id=user, session_id=session or "", memory_ids=list(memory_ids)
+        )
+        async with calling("retrieval"):
+            reply = await self._stub.Delete(request)
+        return list(reply.memory_ids)

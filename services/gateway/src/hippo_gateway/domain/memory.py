@@ -1,0 +1,108 @@
+"""The memory use cases: Remember, Recall, Forget.
+
+Remember assigns each turn its id (deterministic when the caller gave a client id or an
+idempotency key, so a retry has exactly one effect), embeds the turns, and writes them
+through the turn store in one call: all are stored or none. Recall embeds the query
+(unless lexical) and searches inside the caller's tenant and scope. Forget erases in the
+turn store, which removes from both indexes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hippo_gateway import metrics
+from hippo_gateway.domain import ids, validation
+from hippo_gateway.domain.indexing import vector_text
+from hippo_gateway.domain.models import (
+    Forgotten,
+    Mode,
+    Recalled,
+    RecallQuery,
+    Remembered,
+    TurnIn,
+    TurnToStore,
+)
+from hippo_gateway.domain.ports import Embedder, TurnStore
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class ForgetTarget:
+    """Exactly one of: ids of one user (optionally within a session), a session, a user."""
+
+    user: str
+    session: str | None = None
+    memory_ids: Sequence[str] = ()
+    whole_session: bool = False
+
+
+class MemoryService:
+    def __init__(
+        self, embedder: Embedder, store: TurnStore, clock: Callable[[], int] = now_us
+    ) -> None:
+        self._embedder = embedder
+        self._store = store
+        self._clock = clock
+
+    async def remember(
+        self, tenant: str, user: str, session: str, turns: Sequence[TurnIn], idempotency_key: str
+    ) -> Remembered:
+        validation.check_remember(user, session, turns, idempotency_key)
+        received = self._clock()  # one time for every turn of the request
+        vectors = await self._embedder.embed([vector_text(t) for t in turns])
+        to_store = [
+            TurnToStore(
+                memory_id=ids.memory_id(
+                    tenant,
+                    user,
+                    session,
+                    client_id=turn.client_id,
+                    idempotency_key=idempotency_key,
+                    position=i,
+                ),
+                user=user,
+                session=session,
+                role=turn.role,
+                text=turn.text,
+                time_us=received if turn.time_us is None else turn.time_us,
+                client_id=turn.client_id,
+                metadata=dict(turn.metadata),
+                vector=vectors[i],
+            )
+            for i, turn in enumerate(turns)
+        ]
+        stored = await self._store.write(tenant, to_store)
+        created = sum(1 for _, new in stored if new)
+        metrics.TURNS.labels("created").inc(created)
+        metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
+        return Remembered([m.memory_id for m, _ in stored], created, len(stored) - created)
+
+    async def recall(self, tenant: str, query: RecallQuery) -> Recalled:
+        validation.check_recall(query)
+        with metrics.RECALL_SECONDS.labels(query.mode.value).time():
+            vector = None
+            if query.mode != Mode.LEXICAL:
+                vector = (await self._embedder.embed([query.query]))[0]
+            result = await self._store.search(tenant, query, vector)
+        metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
+        return result
+
+    async def forget(self, tenant: str, target: ForgetTarget) -> Forgotten:
+        if target.memory_ids:
+            validation.check_forget_ids(target.user, target.session, target.memory_ids)
+        elif target.whole_session:
+            validation.check_id("session.user_id", target.user)
+            validation.check_id("session.session_id", target.session or "")
+        else:
+            validation.check_id("user_id", target.user)
+        erased = await self._store.delete(
+            tenant, target.user, target.session, list(target.memory_ids)
+        )
+        metrics.FORGOTTEN.inc(len(erased))
+        return Forgotten(memories=len(erased))

@@ -1,0 +1,111 @@
+"""The public API's limits (documented field by field in memory.proto), checked before any
+work so a bad request costs nothing and writes nothing. Messages name the field path as
+the proto spells it, and the limit."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from hippo_core.errors import InvalidArgument
+from hippo_gateway.domain.models import RecallQuery, TurnIn
+
+MAX_TURNS = 64
+MAX_TEXT_BYTES = 32 * 1024
+MAX_QUERY_BYTES = 4 * 1024
+MAX_TOP_K = 100
+DEFAULT_TOP_K = 10
+MAX_ROLES = 4
+MAX_METADATA = 32
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_VALUE_BYTES = 1024
+MAX_FORGET_IDS = 1000
+MAX_ID_CHARS = 128
+
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
+def check_id(field: str, value: str) -> None:
+    """Identifiers: 1..128 characters of [A-Za-z0-9._:@-]."""
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgument(field, f"at most {MAX_ID_CHARS} characters, got {len(value)}")
+    if not _ID.fullmatch(value):
+        bad = next(c for c in value if not _ID.fullmatch(c))
+        raise InvalidArgument(field, f"may only hold [A-Za-z0-9._:@-], found {bad!r}")
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_text(field: str, text: str, limit: int, *, blank_ok: bool = True) -> None:
+    size = _bytes(text)
+    if size == 0 or (not blank_ok and not text.strip()):
+        raise InvalidArgument(field, "is required (empty or only whitespace)")
+    if size > limit:
+        raise InvalidArgument(field, f"{size} bytes exceeds the limit of {limit}")
+
+
+def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -> None:
+    check_id("scope.user_id", user)
+    check_id("scope.session_id", session)
+    if key:
+        check_id("idempotency_key", key)
+    if not 1 <= len(turns) <= MAX_TURNS:
+        raise InvalidArgument("turns", f"must hold 1..{MAX_TURNS} turns, got {len(turns)}")
+    seen: dict[str, int] = {}
+    for i, turn in enumerate(turns):
+        check_text(f"turns[{i}].text", turn.text, MAX_TEXT_BYTES)
+        if turn.client_id:
+            check_id(f"turns[{i}].client_id", turn.client_id)
+            if turn.client_id in seen:
+                raise InvalidArgument(
+                    f"turns[{i}].client_id",
+                    f"repeats turns[{seen[turn.client_id]}].client_id (unique within a request)",
+                )
+            seen[turn.client_id] = i
+        if len(turn.metadata) > MAX_METADATA:
+            raise InvalidArgument(
+                f"turns[{i}].metadata", f"at most {MAX_METADATA} entries, got {len(turn.metadata)}"
+            )
+        for k, v in turn.metadata.items():
+            if not 1 <= _bytes(k) <= MAX_METADATA_KEY_BYTES:
+                raise InvalidArgument(
+                    f"turns[{i}].metadata",
+                    f"key {k[:80]!r} must be 1..{MAX_METADATA_KEY_BYTES} bytes",
+                )
+            if _bytes(v) > MAX_METADATA_VALUE_BYTES:
+                raise InvalidArgument(
+                    f"turns[{i}].metadata[{k}]",
+                    f"{_bytes(v)} bytes exceeds the limit of {MAX_METADATA_VALUE_BYTES}",
+                )
+
+
+def check_recall(q: RecallQuery) -> None:
+    check_id("scope.user_id", q.user)
+    if q.session is not None:
+        check_id("scope.session_id", q.session)
+    check_text("query", q.query, MAX_QUERY_BYTES, blank_ok=False)
+    if not 1 <= q.top_k <= MAX_TOP_K:
+        raise InvalidArgument(
+            "top_k", f"must be 0 (default {DEFAULT_TOP_K}) or 1..{MAX_TOP_K}, got {q.top_k}"
+        )
+    if q.start_us is not None and q.end_us is not None and q.start_us >= q.end_us:
+        raise InvalidArgument("time_range", "start must be earlier than end")
+
+
+def check_forget_ids(user: str, session: str | None, memory_ids: Sequence[str]) -> None:
+    check_id("memory_ids.scope.user_id", user)
+    if session is not None:
+        check_id("memory_ids.scope.session_id", session)
+    if not 1 <= len(memory_ids) <= MAX_FORGET_IDS:
+        raise InvalidArgument(
+            "memory_ids.memory_ids", f"must hold 1..{MAX_FORGET_IDS} ids, got {len(memory_ids)}"
+        )
+    for i, memory_id in enumerate(memory_ids):
+        if not 1 <= len(memory_id) <= MAX_ID_CHARS:
+            raise InvalidArgument(
+                f"memory_ids.memory_ids[{i}]", f"must be 1..{MAX_ID_CHARS} characters"
+            )
