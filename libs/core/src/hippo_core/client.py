@@ -127,6 +127,11 @@ def channel(
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 0),
+        # gRPC's default reconnect backoff grows to 120 s: after a peer restarts, calls
+        # would keep failing for minutes. Cap it so a restarted peer is back in seconds.
+        ("grpc.initial_reconnect_backoff_ms", 250),
+        ("grpc.min_reconnect_backoff_ms", 250),
+        ("grpc.max_reconnect_backoff_ms", 5_000),
     ]
     interceptors = [
         _UnaryUnary(settings.timeout_seconds),

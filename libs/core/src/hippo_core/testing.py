@@ -86,15 +86,18 @@ class ServiceProcess:
 def service_process(
     module: str, prefix: str, env: Mapping[str, str] | None = None
 ) -> Iterator[ServiceProcess]:
-    """Run `python -m module` on free loopback ports; stop it (SIGTERM, then kill) after."""
-    port, metrics_port = free_port(), free_port()
+    """Run `python -m module` on free loopback ports (or the `<prefix>PORT` given in `env`,
+    e.g. to restart a service where its peers expect it); SIGTERM, then kill, after."""
+    env = dict(env or {})
+    port = int(env.pop(f"{prefix}PORT", 0)) or free_port()
+    metrics_port = free_port()
     full_env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         f"{prefix}HOST": "127.0.0.1",
         f"{prefix}PORT": str(port),
         f"{prefix}METRICS_PORT": str(metrics_port),
-        **(env or {}),
+        **env,
     }
     log = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
     with log.open("wb") as out:

@@ -159,16 +159,17 @@ def forget_target(request: memory_pb2.ForgetRequest) -> ForgetTarget:
     if which == "memory_ids":
         scope = request.memory_ids.scope
         return ForgetTarget(
+            kind="memories",
             user=scope.user_id,
             session=scope.session_id or None,
             memory_ids=list(request.memory_ids.memory_ids),
         )
     if which == "session":
         return ForgetTarget(
-            user=request.session.user_id, session=request.session.session_id, whole_session=True
+            kind="session", user=request.session.user_id, session=request.session.session_id
         )
     if which == "user_id":
-        return ForgetTarget(user=request.user_id)
+        return ForgetTarget(kind="user", user=request.user_id)
     raise InvalidArgument("target", "one of memory_ids, session or user_id is required")
 
 

@@ -34,6 +34,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             request.scope.session_id,
             convert.turns_in(request),
             request.idempotency_key,
+            request.wait_searchable,
         )
         return convert.remember_response(result)
 

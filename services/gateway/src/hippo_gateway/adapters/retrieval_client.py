@@ -16,9 +16,13 @@ class GrpcTurnStore:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
 
-    async def write(self, tenant: str, turns: Sequence[TurnToStore]) -> list[tuple[Memory, bool]]:
+    async def write(
+        self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
+    ) -> list[tuple[Memory, bool]]:
         request = retrieval_pb2.WriteRequest(
-            tenant=tenant, turns=[convert.new_turn(t) for t in turns]
+            tenant=tenant,
+            turns=[convert.new_turn(t) for t in turns],
+            wait_searchable=wait_searchable,
         )
         async with calling("retrieval"):
             reply = await self._stub.Write(request)

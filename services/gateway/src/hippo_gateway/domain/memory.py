@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from hippo_gateway import metrics
 from hippo_gateway.domain import ids, validation
@@ -34,12 +35,13 @@ def now_us() -> int:
 
 @dataclass(frozen=True)
 class ForgetTarget:
-    """Exactly one of: ids of one user (optionally within a session), a session, a user."""
+    """What to erase. `kind` is explicit on purpose: an empty id list must be refused, never
+    read as "everything of the user"."""
 
+    kind: Literal["memories", "session", "user"]
     user: str
     session: str | None = None
     memory_ids: Sequence[str] = ()
-    whole_session: bool = False
 
 
 class MemoryService:
@@ -51,7 +53,13 @@ class MemoryService:
         self._clock = clock
 
     async def remember(
-        self, tenant: str, user: str, session: str, turns: Sequence[TurnIn], idempotency_key: str
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        turns: Sequence[TurnIn],
+        idempotency_key: str = "",
+        wait_searchable: bool = False,
     ) -> Remembered:
         validation.check_remember(user, session, turns, idempotency_key)
         received = self._clock()  # one time for every turn of the request
@@ -77,7 +85,7 @@ class MemoryService:
             )
             for i, turn in enumerate(turns)
         ]
-        stored = await self._store.write(tenant, to_store)
+        stored = await self._store.write(tenant, to_store, wait_searchable)
         created = sum(1 for _, new in stored if new)
         metrics.TURNS.labels("created").inc(created)
         metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
@@ -94,13 +102,15 @@ class MemoryService:
         return result
 
     async def forget(self, tenant: str, target: ForgetTarget) -> Forgotten:
-        if target.memory_ids:
+        if target.kind == "memories":
             validation.check_forget_ids(target.user, target.session, target.memory_ids)
-        elif target.whole_session:
+        elif target.kind == "session":
             validation.check_id("session.user_id", target.user)
             validation.check_id("session.session_id", target.session or "")
         else:
             validation.check_id("user_id", target.user)
+            if target.session is not None or target.memory_ids:
+                raise ValueError("a user target carries no session or ids")
         erased = await self._store.delete(
             tenant, target.user, target.session, list(target.memory_ids)
         )

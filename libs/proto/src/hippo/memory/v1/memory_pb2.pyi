@@ -166,14 +166,16 @@ class TokenCounts(_message.Message):
     def __init__(self, budget: _Optional[int] = ..., total: _Optional[int] = ..., system: _Optional[int] = ..., memories: _Optional[int] = ..., summary: _Optional[int] = ..., window: _Optional[int] = ..., query: _Optional[int] = ...) -> None: ...
 
 class RememberRequest(_message.Message):
-    __slots__ = ("scope", "turns", "idempotency_key")
+    __slots__ = ("scope", "turns", "idempotency_key", "wait_searchable")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SEARCHABLE_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     turns: _containers.RepeatedCompositeFieldContainer[Turn]
     idempotency_key: str
-    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    wait_searchable: bool
+    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., wait_searchable: _Optional[bool] = ...) -> None: ...
 
 class RememberResponse(_message.Message):
     __slots__ = ("memory_ids", "created", "deduplicated")

@@ -1,0 +1,147 @@
+"""Gateway domain logic over doubles of its ports (the gRPC adapters are tested against the
+real services in test_gateway_api.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from hippo_core.errors import InvalidArgument, Unauthenticated
+from hippo_gateway.domain import ids
+from hippo_gateway.domain.auth import Authenticator, digest
+from hippo_gateway.domain.memory import ForgetTarget, MemoryService
+from hippo_gateway.domain.models import (
+    Memory,
+    Mode,
+    Recalled,
+    RecallQuery,
+    Role,
+    TurnIn,
+    TurnToStore,
+    Vectors,
+)
+
+
+class FakeEmbedder:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        self.calls.append(list(texts))
+        return np.ones((len(texts), 4), np.float32) / 2
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], TurnToStore] = {}
+        self.deletes: list[tuple[str, str, str | None, list[str]]] = []
+
+    async def write(
+        self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
+    ) -> list[tuple[Memory, bool]]:
+        out = []
+        for t in turns:
+            new = (tenant, t.memory_id) not in self.rows
+            self.rows.setdefault((tenant, t.memory_id), t)
+            m = self.rows[(tenant, t.memory_id)]
+            memory = Memory(
+                m.memory_id,
+                m.user,
+                m.session,
+                m.role,
+                m.text,
+                m.time_us,
+                m.client_id,
+                m.metadata,
+                0,
+            )
+            out.append((memory, new))
+        return out
+
+    async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled:
+        return Recalled([], 0, 0)
+
+    async def delete(
+        self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
+    ) -> list[str]:
+        self.deletes.append((tenant, user, session, list(memory_ids)))
+        return list(memory_ids)
+
+
+@pytest.fixture
+def parts() -> tuple[FakeEmbedder, FakeStore, MemoryService]:
+    embedder, store = FakeEmbedder(), FakeStore()
+    return embedder, store, MemoryService(embedder, store, clock=lambda: 42)
+
+
+def test_ids_are_deterministic_per_scope_and_client_id() -> None:
+    a = ids.memory_id("t1", "u1", "s1", client_id="D1:3")
+    assert a == ids.memory_id("t1", "u1", "s1", client_id="D1:3")
+    assert a != ids.memory_id("t2", "u1", "s1", client_id="D1:3")  # other tenant, other id
+    assert a != ids.memory_id("t1", "u2", "s1", client_id="D1:3")
+    assert a != ids.memory_id("t1", "u1", "s1", idempotency_key="D1:3")
+    k0 = ids.memory_id("t1", "u1", "s1", idempotency_key="req-9", position=0)
+    assert k0 == ids.memory_id("t1", "u1", "s1", idempotency_key="req-9", position=0)
+    assert k0 != ids.memory_id("t1", "u1", "s1", idempotency_key="req-9", position=1)
+    assert ids.memory_id("t1", "u1", "s1") != ids.memory_id("t1", "u1", "s1")  # no key: fresh
+
+
+async def test_remember_times_ids_and_dedup(parts) -> None:  # type: ignore[no-untyped-def]
+    embedder, store, service = parts
+    turns = [TurnIn(Role.USER, "a", client_id="c1"), TurnIn(Role.ASSISTANT, "b", time_us=7)]
+    first = await service.remember("t", "u", "s", turns, "k1")
+    again = await service.remember("t", "u", "s", turns, "k1")
+    assert (first.created, again.created, again.deduplicated) == (2, 0, 2)
+    assert first.memory_ids == again.memory_ids
+    stored = [store.rows[("t", m)] for m in first.memory_ids]
+    assert [s.time_us for s in stored] == [42, 7]  # receive time unless given
+    assert embedder.calls[0] == ["a", "b"]
+
+
+async def test_validation_happens_before_any_work(parts) -> None:  # type: ignore[no-untyped-def]
+    embedder, store, service = parts
+    with pytest.raises(InvalidArgument, match=r"turns\[1\]\.text: 32769 bytes"):
+        await service.remember(
+            "t", "u", "s", [TurnIn(Role.USER, "ok"), TurnIn(Role.USER, "é" * 16384 + "x")], ""
+        )
+    with pytest.raises(InvalidArgument, match=r"scope\.user_id: may only hold"):
+        await service.remember("t", "ü", "s", [TurnIn(Role.USER, "x")], "")
+    with pytest.raises(InvalidArgument, match="idempotency_key"):
+        await service.remember("t", "u", "s", [TurnIn(Role.USER, "x")], "a b")
+    assert embedder.calls == [] and store.rows == {}
+
+
+async def test_lexical_recall_does_not_embed(parts) -> None:  # type: ignore[no-untyped-def]
+    embedder, _, service = parts
+    await service.recall("t", RecallQuery(user="u", query="q", mode=Mode.LEXICAL))
+    assert embedder.calls == []
+    await service.recall("t", RecallQuery(user="u", query="q", mode=Mode.HYBRID))
+    assert embedder.calls == [["q"]]
+
+
+async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # type: ignore[no-untyped-def]
+    _, store, service = parts
+    with pytest.raises(InvalidArgument, match=r"memory_ids\.memory_ids: must hold 1\.\.1000"):
+        await service.forget("t", ForgetTarget(kind="memories", user="u", memory_ids=[]))
+    assert store.deletes == []
+    await service.forget("t", ForgetTarget(kind="user", user="u"))
+    assert store.deletes == [("t", "u", None, [])]
+
+
+def test_api_keys_map_to_tenants() -> None:
+    auth = Authenticator({"plain-key": "acme", f"sha256:{digest('hashed-key')}": "globex"})
+    assert auth.tenant([("x-api-key", "plain-key")]) == "acme"
+    assert auth.tenant([("authorization", "Bearer hashed-key")]) == "globex"
+    assert auth.tenant([("authorization", "bearer  plain-key ")]) == "acme"
+    for metadata in (
+        [],
+        [("x-api-key", "nope")],
+        [("authorization", "Basic x")],
+        [("x-api-key", "")],
+    ):
+        with pytest.raises(Unauthenticated):
+            auth.tenant(metadata)
+    with pytest.raises(ValueError, match="tenant"):
+        Authenticator({"k": "bad tenant"})
