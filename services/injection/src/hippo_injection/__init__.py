@@ -1,0 +1,1 @@
+"""Hippo injection service: an LLM host with residual-stream influence."""

@@ -1,0 +1,89 @@
+"""Wiring only: settings -> model -> domain -> serve() (gRPC) + the TGI HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+
+from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
+from hippo_core.server.app import Service, run
+from hippo_injection.domain.queue import ModelQueue
+from hippo_injection.domain.service import InjectionService
+from hippo_injection.domain.types import GenerateRequest, Prompt
+from hippo_injection.domain.validation import Limits
+from hippo_injection.servicer import InjectionServicer
+from hippo_injection.settings import InjectionSettings
+from hippo_injection.tgi_http import TgiHttpApi
+
+FULL_NAME = injection_pb2.DESCRIPTOR.services_by_name["InjectionService"].full_name
+VERSION = "0.1.0"
+
+
+def limits(settings: InjectionSettings) -> Limits:
+    return Limits(
+        context_length=settings.context_length,
+        max_new_tokens=settings.max_new_tokens,
+        max_stop_sequences=settings.max_stop_sequences,
+        max_stop_chars=settings.max_stop_chars,
+        max_influences=settings.max_influences,
+        max_strength=settings.max_strength,
+        max_memories=settings.max_memories,
+        max_memory_tokens=settings.max_memory_tokens,
+        max_value_scale=settings.max_value_scale,
+        max_baseline_texts=settings.max_baseline_texts,
+    )
+
+
+def load_engine(settings: InjectionSettings):  # type: ignore[no-untyped-def]
+    """Blocking: convert the GGUF on first use, then load the cache (torch imported here,
+    not at module import, so the process binds its ports at once)."""
+    from hippo_injection.adapters import loader
+    from hippo_injection.adapters.engine import TransformersEngine
+
+    path = loader.ensure_cached(Path(settings.data_dir))
+    return TransformersEngine.load(path, settings.dtype, settings.device, settings.threads)
+
+
+def build(settings: InjectionSettings) -> Service:
+    """The injection service for `Runner`; the model loads during warm-up."""
+    servicer = InjectionServicer(settings)
+    queue = ModelQueue(settings.max_waiting)
+    http = TgiHttpApi(
+        servicer._domain,
+        settings.http_timeout_seconds,
+        settings.grace_seconds,
+        settings.max_waiting,
+        VERSION,
+    )
+
+    def register(server: grpc.aio.Server) -> None:
+        injection_pb2_grpc.add_InjectionServiceServicer_to_server(servicer, server)
+
+    async def warmup() -> None:
+        # HTTP first, so /health answers 503 while the model loads, like the gRPC health.
+        await http.start(settings.host, settings.http_port)
+        # Off the event loop: conversion takes minutes on first start and health probes
+        # must keep answering NOT_SERVING meanwhile.
+        engine = await asyncio.to_thread(load_engine, settings)
+        service = InjectionService(engine, queue, limits(settings))
+        warm = GenerateRequest(Prompt(text="Hippo warms up."), max_new_tokens=2)
+        async for _ in service.generate(warm):  # the first passes allocate and pick kernels
+            pass
+        servicer.service = service
+
+    async def close() -> None:
+        await http.stop()
+        await queue.close()
+
+    return Service("injection", [FULL_NAME], register, warmup, close, version=VERSION)
+
+
+def main() -> None:
+    settings = InjectionSettings()
+    run(build(settings), settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Model backends: transformers (torch) with forward hooks for influence."""

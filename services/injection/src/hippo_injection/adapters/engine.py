@@ -1,0 +1,277 @@
+"""The transformers engine: a frozen causal LM, a KV cache per run, hooks per request.
+
+Every method runs on the model queue's thread. The model is in eval mode and every pass
+runs under `torch.inference_mode()`: no gradients, no autograd bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from hippo_injection.adapters import hooks, sampling
+from hippo_injection.domain.baseline import NEUTRAL_STATEMENTS
+from hippo_injection.domain.types import Attendable, Influence, ModelInfo, Sampling, Vector
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+class TorchRun:
+    """One request on the model: its cache, its hooks, its sampler."""
+
+    def __init__(
+        self,
+        engine: TransformersEngine,
+        prompt_ids: Sequence[int],
+        influences: Sequence[Influence],
+        attendable: Attendable,
+        choice: Sampling,
+    ) -> None:
+        from transformers import DynamicCache
+
+        self._engine = engine
+        self._prompt = list(prompt_ids)
+        self._sampling = choice
+        self._history: list[int] = []
+        self._pending: int | None = None
+        self._state = hooks.RunState(prompt_len=len(self._prompt))
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.cache: Any = DynamicCache(config=engine.model.config)
+        self._generator: torch.Generator | None = None
+        if choice.do_sample:
+            self._generator = torch.Generator().manual_seed(int(choice.seed or 0))
+        try:
+            if attendable.texts:
+                engine.prefix_memories(self.cache, attendable)
+            self._handles = hooks.install(engine.layers, engine.deltas(influences), self._state)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def seed(self) -> int:
+        return int(self._sampling.seed or 0) if self._sampling.do_sample else 0
+
+    def forward(self, ids: Sequence[int], keep: int) -> torch.Tensor:
+        """Run `ids` after what the cache holds; float32 logits of the last `keep`."""
+        logits = self._engine.forward(ids, self.cache, keep)
+        self._state.offset += len(ids)
+        return logits
+
+    def next_token(self) -> tuple[int, float]:
+        ids = self._prompt if self._pending is None else [self._pending]
+        logits = self.forward(ids, 1)[-1]
+        token, logprob = sampling.choose(logits, self._sampling, self._history, self._generator)
+        self._history.append(token)
+        self._pending = token
+        return token, logprob
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.cache = None
+
+
+class TransformersEngine:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer,
+        model_id: str,
+        norm_texts: Sequence[str] = NEUTRAL_STATEMENTS,
+    ) -> None:
+        self.model = model.eval()
+        self.model.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.layers: torch.nn.ModuleList = model.model.layers
+        self._device = next(model.parameters()).device
+        self._dtype = next(model.parameters()).dtype
+        ids = {name: tokenizer.token_to_id(name) for name in ("<bos>", "<eos>", "<end_of_turn>")}
+        if ids["<bos>"] is None:
+            raise ValueError("the tokenizer has no <bos> token")
+        self._bos = int(ids["<bos>"])
+        self._stop = frozenset(int(i) for k, i in ids.items() if k != "<bos>" and i is not None)
+        self._special = frozenset(
+            int(i) for i, added in tokenizer.get_added_tokens_decoder().items() if added.special
+        )
+        config = model.config
+        dtype_name = str(self._dtype).removeprefix("torch.")
+        self._info = ModelInfo(
+            model_id,
+            int(config.num_hidden_layers),
+            int(config.hidden_size),
+            dtype_name,
+            self._device.type,
+            int(config.vocab_size),
+            (),
+        )
+        norms = self.hidden_norms(norm_texts)
+        self._info = ModelInfo(**{**self._info.__dict__, "layer_mean_norms": tuple(norms)})
+
+    @classmethod
+    def load(cls, path: Path, dtype: str, device: str, threads: int) -> TransformersEngine:
+        """A saved model folder (see loader.ensure_cached) as an engine; about a second."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoModelForCausalLM
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=_DTYPES[dtype])
+        model.to(pick_device(device))
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        from hippo_injection.adapters.loader import MODEL_ID
+
+        return cls(model, tokenizer, MODEL_ID)
+
+    # -- the Engine port -----------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def bos_id(self) -> int:
+        return self._bos
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        return self._stop
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def token_text(self, token_id: int) -> str:
+        return str(self.tokenizer.id_to_token(token_id) or "")
+
+    def open(
+        self,
+        prompt_ids: Sequence[int],
+        influences: Sequence[Influence],
+        attendable: Attendable,
+        sampling: Sampling,
+    ) -> TorchRun:
+        return TorchRun(self, prompt_ids, influences, attendable, sampling)
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuation_ids: Sequence[int],
+        influences: Sequence[Influence],
+        attendable: Attendable,
+    ) -> tuple[list[float], bool]:
+        run = self.open(prompt_ids, influences, attendable, Sampling())
+        try:
+            # The logits at the last prompt position and at every continuation token but
+            # the last predict the continuation: one teacher-forced pass.
+            ids = [*prompt_ids, *continuation_ids[:-1]]
+            logits = run.forward(ids, len(continuation_ids))
+        finally:
+            run.close()
+        target = torch.tensor(list(continuation_ids), dtype=torch.long)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(1, target.view(-1, 1)).view(-1)
+        greedy = bool((logits.argmax(dim=-1) == target).all())
+        return [float(x) for x in logprobs], greedy
+
+    def hidden_means(self, texts: Sequence[str], layers: Sequence[int]) -> dict[int, Vector]:
+        rows: dict[int, list[Vector]] = {layer: [] for layer in layers}
+        for text in texts:
+            captured = self._capture([self._bos, *self.tokenize(text)], layers)
+            for layer in layers:
+                mean = captured[layer][1:].mean(dim=0)  # <bos> is an attention sink: skip it
+                rows[layer].append(mean.numpy().astype(np.float32))
+        return {layer: np.stack(items) for layer, items in rows.items()}
+
+    def hidden_norms(self, texts: Sequence[str]) -> list[float]:
+        every = range(len(self.layers))
+        sums, count = np.zeros(len(self.layers)), 0
+        for text in texts:
+            captured = self._capture([self._bos, *self.tokenize(text)], every)
+            for layer in every:
+                sums[layer] += float(captured[layer][1:].norm(dim=-1).sum())
+            count += len(captured[0]) - 1
+        return [float(s / max(count, 1)) for s in sums]
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def forward(self, ids: Sequence[int], cache: Any, keep: int) -> torch.Tensor:
+        tensor = torch.tensor([list(ids)], dtype=torch.long, device=self._device)
+        with torch.inference_mode():
+            out = self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=keep)
+        logits: torch.Tensor = out.logits[0].float().cpu()
+        return logits
+
+    def deltas(self, influences: Sequence[Influence]) -> dict[int, list[hooks.Delta]]:
+        grouped: dict[int, list[hooks.Delta]] = {}
+        for item in influences:
+            vector = torch.from_numpy(np.asarray(item.vector, dtype=np.float32) * item.strength)
+            delta = hooks.Delta(vector.to(self._device, self._dtype), item.positions)
+            grouped.setdefault(item.layer, []).append(delta)
+        return grouped
+
+    def prefix_memories(self, cache: Any, attendable: Attendable) -> None:
+        """Each memory on its own after its own <bos>, positions continuing; then the
+        values of layers below `from_layer` zeroed and the rest scaled."""
+        from transformers import DynamicCache
+
+        for text in attendable.texts:
+            # Encoded on a fresh cache, so a memory sees only its own tokens (as a store
+            # would keep it), at positions that continue after the memories before it.
+            alone = DynamicCache(config=self.model.config)
+            start = cache.get_seq_length()
+            ids = [self._bos, *self.tokenize(text)]
+            positions = torch.arange(start, start + len(ids), device=self._device).view(1, -1)
+            tensor = torch.tensor([ids], dtype=torch.long, device=self._device)
+            with torch.inference_mode():
+                self.model(input_ids=tensor, cache=alone, position_ids=positions, logits_to_keep=1)
+            self._splice(cache, alone)
+        with torch.inference_mode():
+            for index, layer in enumerate(cache.layers):
+                factor = attendable.value_scale if index >= attendable.from_layer else 0.0
+                if factor != 1.0:
+                    layer.values.mul_(factor)
+
+    @staticmethod
+    def _splice(cache: Any, extra: Any) -> None:
+        for index, layer in enumerate(extra.layers):
+            cache.layers[index].update(layer.keys, layer.values)
+
+    def _capture(self, ids: list[int], layers: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Hidden-state outputs of `layers` for one sequence, float32 (n, hidden)."""
+        captured: dict[int, torch.Tensor] = {}
+
+        def keep(index: int) -> Any:
+            def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+                hidden = output[0] if isinstance(output, tuple) else output
+                captured[index] = hidden[0].float().cpu()
+
+            return hook
+
+        handles = [self.layers[i].register_forward_hook(keep(i)) for i in layers]
+        try:
+            tensor = torch.tensor([ids], dtype=torch.long, device=self._device)
+            with torch.inference_mode():
+                self.model(input_ids=tensor, use_cache=False, logits_to_keep=1)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured

@@ -1,0 +1,86 @@
+"""The engine port: what the domain needs from a model backend.
+
+Every method is blocking and touches the model, so the domain calls them only on the
+model queue's single thread (one forward pass at a time). A `Run` is one request's hold
+on the model: its influence hooks exist from `Engine.open` until `Run.close`, which the
+domain calls exactly once however the request ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from hippo_injection.domain.types import Attendable, Influence, ModelInfo, Sampling, Vector
+
+
+class Run(Protocol):
+    @property
+    def seed(self) -> int:
+        """The sampler's seed (0 when greedy)."""
+        ...
+
+    def next_token(self) -> tuple[int, float]:
+        """The next token id and its log-probability. The first call runs the prompt
+        (prefill); each later call feeds back the token returned before."""
+        ...
+
+    def close(self) -> None:
+        """Remove this run's hooks and free its cache. Idempotent."""
+        ...
+
+
+class Engine(Protocol):
+    @property
+    def info(self) -> ModelInfo: ...
+
+    @property
+    def bos_id(self) -> int: ...
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Ids that end a reply: <eos> and <end_of_turn>."""
+        ...
+
+    @property
+    def special_ids(self) -> frozenset[int]: ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text`, without <bos>; control-token markers map to their ids."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens dropped."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """The literal text of one token (e.g. "<eos>"), for special tokens."""
+        ...
+
+    def open(
+        self,
+        prompt_ids: Sequence[int],
+        influences: Sequence[Influence],
+        attendable: Attendable,
+        sampling: Sampling,
+    ) -> Run: ...
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuation_ids: Sequence[int],
+        influences: Sequence[Influence],
+        attendable: Attendable,
+    ) -> tuple[list[float], bool]:
+        """log p of each continuation token and whether each one is the argmax."""
+        ...
+
+    def hidden_means(self, texts: Sequence[str], layers: Sequence[int]) -> dict[int, Vector]:
+        """For each layer, a (len(texts), hidden) array: each text's hidden state at that
+        layer's output averaged over its tokens (<bos> excluded)."""
+        ...
+
+    def hidden_norms(self, texts: Sequence[str]) -> list[float]:
+        """Mean L2 norm of a hidden state at each layer's output over the texts' tokens
+        (<bos> excluded): the unit of influence strength."""
+        ...

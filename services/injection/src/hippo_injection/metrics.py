@@ -1,0 +1,46 @@
+"""Domain metrics of the injection service (`hippo_injection_*`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+QUEUE_DEPTH = Gauge(
+    "hippo_injection_queue_depth", "Requests waiting for the model (the one running excluded)."
+)
+REJECTED = Counter(
+    "hippo_injection_rejected",
+    "Requests refused with RESOURCE_EXHAUSTED because the model's wait list was full.",
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "hippo_injection_time_to_first_token_seconds",
+    "From a Generate request passing validation to its first token, queueing included.",
+    buckets=_SECONDS,
+)
+FORWARD_SECONDS = Histogram(
+    "hippo_injection_forward_seconds",
+    "Time of one forward pass: prefill (the prompt) or decode (one new token).",
+    ["phase"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+GENERATED_TOKENS = Counter(
+    "hippo_injection_generated_tokens",
+    "Tokens generated, by how the reply finished (length, eos_token, stop_sequence).",
+    ["finish_reason"],
+)
+TOKENS_PER_SECOND = Histogram(
+    "hippo_injection_tokens_per_second",
+    "Generation rate of each finished reply (tokens / time since its first pass began).",
+    buckets=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128),
+)
+INFLUENCE_STRENGTH = Histogram(
+    "hippo_injection_influence_strength",
+    "|strength| of each influence applied (with a vector scaled to the layer norm, 1.0 "
+    "adds as much as a typical hidden state).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32),
+)
+MODEL_BUSY_SECONDS = Counter(
+    "hippo_injection_model_busy_seconds",
+    "Seconds the model thread spent on calls (rate() of it is the model's utilisation).",
+)

@@ -1,0 +1,64 @@
+"""gRPC edge of the injection service: convert in, one domain call, convert out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import grpc
+
+from hippo.injection.v1 import injection_pb2 as pb
+from hippo.injection.v1 import injection_pb2_grpc
+from hippo_core.errors import Unavailable
+from hippo_injection import convert
+from hippo_injection.domain.service import InjectionService
+from hippo_injection.settings import InjectionSettings
+
+
+class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
+    """Registered when the port binds; given its domain service once warm-up has loaded
+    the model. Health is NOT_SERVING until then, and an early call gets UNAVAILABLE."""
+
+    def __init__(self, settings: InjectionSettings) -> None:
+        self._settings = settings
+        self.service: InjectionService | None = None
+
+    def _domain(self) -> InjectionService:
+        if self.service is None:
+            raise Unavailable("the model is still loading; retry shortly")
+        return self.service
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        # aclosing: a caller that cancels between two tokens still runs the domain's
+        # clean-up (hook removal) at once, not whenever the generator is collected.
+        stream = self._domain().generate(convert.generate_request(request))
+        async with aclosing(stream) as items:
+            async for item in items:
+                yield convert.generate_response(item)
+
+    async def Score(
+        self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ScoreResponse:
+        result = await self._domain().score(convert.score_request(request))
+        return convert.score_response(result)
+
+    async def CountTokens(
+        self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CountTokensResponse:
+        domain = self._domain()
+        result = domain.count_tokens(convert.count_request(request))
+        return convert.count_response(result, domain.limits)
+
+    async def MakeValueVector(
+        self, request: pb.MakeValueVectorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MakeValueVectorResponse:
+        result = await self._domain().make_value_vector(convert.value_vector_request(request))
+        return convert.value_vector_response(result)
+
+    async def Info(
+        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InfoResponse:
+        domain = self._domain()
+        return convert.info_response(domain.info, domain.limits, self._settings.max_waiting)

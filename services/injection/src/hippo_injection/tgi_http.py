@@ -1,0 +1,182 @@
+"""The TGI-compatible HTTP API, served by aiohttp in the service's own process.
+
+Routes: POST / (TGI's compat route: a list for plain calls, SSE when `stream` is true,
+which is what `text_generation.Client.generate` posts to), POST /generate,
+POST /generate_stream (server-sent events), GET /info, GET /health. Errors are TGI's
+ErrorResponse with its status codes: 422 validation, 429 overloaded, 503 not ready,
+504 deadline, 424 anything else. A client that disconnects cancels its handler
+(`handler_cancellation`), which stops generation and removes the request's hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from hippo_core import context as request_context
+from hippo_core.errors import Code, DeadlineExceeded, HippoError, InvalidArgument
+from hippo_injection import tgi_convert
+from hippo_injection.domain.service import InjectionService
+from hippo_injection.domain.types import Generated, Token
+
+log = structlog.stdlib.get_logger("hippo.injection.http")
+
+_STATUS = {
+    Code.INVALID_ARGUMENT: (422, "validation"),
+    Code.RESOURCE_EXHAUSTED: (429, "overloaded"),
+    Code.UNAVAILABLE: (503, "unhealthy"),
+    Code.DEADLINE_EXCEEDED: (504, "generation"),
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error_reply(exc: Exception) -> web.Response:
+    if isinstance(exc, HippoError):
+        status, kind = _STATUS.get(exc.code, (424, "generation"))
+        return web.json_response(tgi_convert.error(exc.message, kind), status=status)
+    log.exception("http_internal_error")
+    return web.json_response(
+        tgi_convert.error("Request failed during generation", "generation"), status=424
+    )
+
+
+class TgiHttpApi:
+    def __init__(
+        self,
+        service: Callable[[], InjectionService],
+        timeout: float,
+        grace: float,
+        max_waiting: int,
+        version: str,
+    ) -> None:
+        self._service = service  # raises UNAVAILABLE until warm-up has loaded the model
+        self._timeout = timeout
+        self._grace = grace
+        self._max_waiting = max_waiting
+        self._version = version
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors])
+        app.router.add_post("/", self.compat)
+        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/generate_stream", self.generate_stream)
+        app.router.add_get("/info", self.info)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        self._runner = web.AppRunner(
+            self.app(), handler_cancellation=True, shutdown_timeout=self._grace, access_log=None
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        self.port = int(self._runner.addresses[0][1])
+        log.info("http_listening", port=self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, give requests in flight the grace period, then close."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        request_context.deadline.set(time.monotonic() + self._timeout)
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await handler(request)
+        except web.HTTPException:
+            raise
+        except TimeoutError:
+            return _error_reply(
+                DeadlineExceeded("the request's deadline passed; generation stopped")
+            )
+        except Exception as exc:  # the one place HTTP errors are mapped
+            return _error_reply(exc)
+
+    async def _body(self, request: web.Request) -> Any:
+        try:
+            return await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidArgument("body", f"is not valid JSON: {exc}") from None
+
+    async def compat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, dict) and body.get("stream"):
+            return await self._stream(request, body)
+        return web.json_response([await self._generate(body)])
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(await self._generate(await self._body(request)))
+
+    async def generate_stream(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, await self._body(request))
+
+    async def _generate(self, body: Any) -> dict[str, Any]:
+        domain = self._service()
+        generate, shape = tgi_convert.generate_request(body)
+        tokens: list[Token] = []
+        async with aclosing(domain.generate(generate)) as items:
+            async for item in items:
+                tokens.append(item.token)
+                if item.finish is not None:
+                    prefill = (
+                        self._prefill(domain, generate) if shape["decoder_input_details"] else []
+                    )
+                    return tgi_convert.generate_response(tokens, item.finish, prefill, shape)
+        raise RuntimeError("generation ended without a finish")
+
+    @staticmethod
+    def _prefill(domain: InjectionService, generate: Any) -> list[dict[str, Any]]:
+        ids = domain.prompt_ids(generate.prompt)
+        return tgi_convert.prefill(ids, [domain.engine.token_text(i) for i in ids])
+
+    async def _stream(self, request: web.Request, body: Any) -> web.StreamResponse:
+        domain = self._service()
+        generate, shape = tgi_convert.generate_request(body)
+        async with aclosing(domain.generate(generate)) as items:
+            first = await anext(items)  # errors before the first token get a status code
+            response = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
+            await response.prepare(request)
+            try:
+                await self._events(response, first, items, shape)
+            except Exception as exc:  # after the headers: report in-band, as TGI does
+                reply = _error_reply(exc)
+                await response.write(b"data:" + reply.body + b"\n\n")  # type: ignore[operator]
+            await response.write_eof()
+            return response
+
+    async def _events(
+        self,
+        response: web.StreamResponse,
+        first: Generated,
+        rest: AsyncIterator[Generated],
+        shape: dict[str, Any],
+    ) -> None:
+        index, item = 0, first
+        while True:
+            event = tgi_convert.stream_event(index, item.token, item.finish, shape)
+            await response.write(b"data:" + json.dumps(event).encode() + b"\n\n")
+            if item.finish is not None:
+                return
+            index, item = index + 1, await anext(rest)
+
+    async def info(self, request: web.Request) -> web.StreamResponse:
+        domain = self._service()
+        return web.json_response(
+            tgi_convert.info(domain.info, domain.limits, self._max_waiting, self._version)
+        )
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        self._service()  # UNAVAILABLE (503) until the model is loaded
+        return web.Response(status=200)
