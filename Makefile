@@ -4,9 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/retrieval -e services/gateway -e libs/cli
-SOURCES := libs/core/src libs/cli/src services/embedding/src services/retrieval/src services/gateway/src bench scripts
-TESTS := tests libs/core/tests services/embedding/tests services/retrieval/tests services/gateway/tests
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/gateway -e libs/cli
+SOURCES := libs/core/src libs/cli/src services/embedding/src services/injection/src services/retrieval/src services/gateway/src bench scripts
+TESTS := tests libs/core/tests services/embedding/tests services/injection/tests services/retrieval/tests services/gateway/tests
 
 .DEFAULT_GOAL := help
 
@@ -18,6 +18,10 @@ $(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.
 	@# torch first and pinned: the CPU build on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check $(PACKAGES) -r requirements-dev.txt
+	@# The TGI client (tests, later the summariser) declares huggingface-hub<1.0, which
+	@# transformers 5 cannot use; it works with hub 1.x/2.x, so skip its declared deps
+	@# (aiohttp, pydantic and requests arrive with the injection service's dependencies).
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps text-generation==0.7.0
 	@touch $@
 
 install: $(STAMP) ## Make .venv and install every package (editable) and the dev tools
@@ -50,6 +54,8 @@ run: $(STAMP) proto-check ## Install, then start the whole cluster locally (Ctrl
 bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding_parity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py --threads 1,2
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/llm_host.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/injection_sweep.py
 
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out

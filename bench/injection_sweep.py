@@ -209,11 +209,11 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--layers", default="1,4,7,10,13,16", help="residual arm: layers to inject at"
+        "--layers", default="3,6,9,12,15,17", help="residual arm: layers to inject at"
     )
     parser.add_argument(
         "--strengths",
-        default="0.125,0.25,0.5,1,2",
+        default="0.03,0.06,0.125,0.25,0.5",
         help="residual arm: strengths, in units of the layer's mean hidden-state norm",
     )
     parser.add_argument(
@@ -243,7 +243,7 @@ def main() -> int:
         help="torch threads; 1 is fastest on a shared 2-core machine (docs/injection.md)",
     )
     parser.add_argument("--latency-tokens", type=int, default=16)
-    parser.add_argument("--data-dir", default=str(ROOT / "var" / "injection"))
+    parser.add_argument("--model-dir", default=str(ROOT / "var" / "injection" / "model"))
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -255,7 +255,7 @@ def main() -> int:
     torch.manual_seed(0)
     started = time.perf_counter()
     engine = TransformersEngine.load(
-        loader.ensure_cached(Path(args.data_dir)), args.dtype, "cpu", args.threads
+        loader.ensure_cached(Path(args.model_dir)), args.dtype, "cpu", args.threads
     )
     facts = _load("injection_facts.jsonl")
     neutral = _load("injection_neutral.jsonl")

@@ -18,9 +18,9 @@ from hippo_injection.adapters.engine import TransformersEngine
 
 FULL_NAME = "hippo.injection.v1.InjectionService"
 ROOT = Path(__file__).resolve().parents[3]
-# The converted model is cached here once per checkout (as `hippo up` would); converting
-# the GGUF again for every test session would cost a minute or two.
-DATA_DIR = ROOT / "var" / "injection"
+# The converted model is cached here once per checkout (the service's default model_dir);
+# converting the GGUF again for every test session would cost a minute or two.
+MODEL_DIR = ROOT / "var" / "injection" / "model"
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
 WORDS = ["user", "model", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "hello"]
 
@@ -59,7 +59,7 @@ def tiny_engine() -> TransformersEngine:
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    return loader.ensure_cached(DATA_DIR)
+    return loader.ensure_cached(MODEL_DIR)
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +71,7 @@ def engine(model_dir: Path) -> TransformersEngine:
 def server(model_dir: Path) -> Iterator[ServiceProcess]:
     http_port = free_port()
     env = {
-        "HIPPO_INJECTION_DATA_DIR": str(DATA_DIR),
+        "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),
         # One running + one waiting: the third concurrent request is refused.
         "HIPPO_INJECTION_MAX_WAITING": "1",

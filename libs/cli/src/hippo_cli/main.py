@@ -46,6 +46,7 @@ def health(settings: CliSettings, as_json: bool) -> None:
         "gateway": settings.gateway_addr,
         "embedding": settings.embedding_addr,
         "retrieval": settings.retrieval_addr,
+        "injection": settings.injection_addr,
     }
 
     async def run() -> dict[str, dict[str, str]]:

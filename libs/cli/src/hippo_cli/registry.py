@@ -41,6 +41,13 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "hippo_embedding.settings:EmbeddingSettings",
         "hippo.embedding.v1.EmbeddingService",
     ),
+    # First start converts the GGUF (1-2 min, off the event loop; NOT_SERVING meanwhile).
+    ServiceSpec(
+        "injection",
+        "hippo_injection",
+        "hippo_injection.settings:InjectionSettings",
+        "hippo.injection.v1.InjectionService",
+    ),
     ServiceSpec(
         "retrieval",
         "hippo_retrieval",

@@ -19,6 +19,9 @@ class CliSettings(BaseSettings):
         "127.0.0.1:50053",
         description="Where `hippo reindex` and `hippo health` reach the retrieval service.",
     )
+    injection_addr: str = Field(
+        "127.0.0.1:50055", description="Where `hippo health` reaches the injection service."
+    )
     api_key: str = Field(
         "hippo-local-dev-key",
         repr=False,

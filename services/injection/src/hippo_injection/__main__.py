@@ -42,7 +42,7 @@ def load_engine(settings: InjectionSettings):  # type: ignore[no-untyped-def]
     from hippo_injection.adapters import loader
     from hippo_injection.adapters.engine import TransformersEngine
 
-    path = loader.ensure_cached(Path(settings.data_dir))
+    path = loader.ensure_cached(Path(settings.model_dir))
     return TransformersEngine.load(path, settings.dtype, settings.device, settings.threads)
 
 

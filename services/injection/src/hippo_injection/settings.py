@@ -24,10 +24,13 @@ class InjectionSettings(ServiceSettings):
         description="Port of the TGI-compatible HTTP API (/generate, /generate_stream, "
         "/info, /health) on `host`; 0 picks a free one.",
     )
-    data_dir: str = Field(
-        "var/injection",
-        description="Where the converted model is cached (model/<name>). The first start "
-        "converts the GGUF (about 1-2 minutes on 2 cores); later starts load the cache.",
+    model_dir: str = Field(
+        "var/injection/model",
+        description="Where the converted model is cached (relative to the working "
+        "directory). The first start converts the GGUF there (1-2 minutes on 2 cores); later "
+        "starts load it in about a second. It is a derived copy of an installed package, not "
+        "service state, so it is not under the launcher's per-cluster data dir: throwaway "
+        "clusters (tests) reuse one conversion.",
     )
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16",

