@@ -96,6 +96,9 @@ class TgiHttpApi:
         except web.HTTPException:
             raise
         except TimeoutError:
+            started = request.get("stream")
+            if started is not None:  # headers already sent: the stream just ends
+                return started  # type: ignore[no-any-return]
             return _error_reply(
                 DeadlineExceeded("the request's deadline passed; generation stopped")
             )
@@ -148,6 +151,7 @@ class TgiHttpApi:
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
             await response.prepare(request)
+            request["stream"] = response
             try:
                 await self._events(response, first, items, shape)
             except Exception as exc:  # after the headers: report in-band, as TGI does
