@@ -187,16 +187,12 @@ def _heatmaps(grid: dict[str, Any], path_gain: Path, path_damage: Path) -> None:
             ax.set_xlabel(grid[arm]["col_label"])
             ax.set_ylabel(grid[arm]["row_label"])
             ax.set_title(arm)
+            low, high = float(values.min()), float(values.max())
             for (y, x), v in np.ndenumerate(values):
-                ax.text(
-                    x,
-                    y,
-                    f"{v:+.1f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="w" if metric == "gain" else "k",
-                )
+                level = (v - low) / (high - low) if high > low else 0.5
+                dark = level < 0.5 if metric == "gain" else level > 0.6  # dark cells: white text
+                colour = "w" if dark else "k"
+                ax.text(x, y, f"{v:+.1f}", ha="center", va="center", fontsize=8, color=colour)
             fig.colorbar(image, ax=ax)
         fig.suptitle(f"Gemma 3 270M: {title}")
         fig.tight_layout()
@@ -243,8 +239,17 @@ def main() -> int:
         help="torch threads; 1 is fastest on a shared 2-core machine (docs/injection.md)",
     )
     parser.add_argument("--latency-tokens", type=int, default=16)
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="redraw the heat maps from bench/out/injection_sweep.json",
+    )
     parser.add_argument("--model-dir", default=str(ROOT / "var" / "injection" / "model"))
     args = parser.parse_args()
+    if args.replot:
+        saved = json.loads((OUT / "injection_sweep.json").read_text())["grid"]
+        _heatmaps(saved, OUT / "injection_gain.png", OUT / "injection_damage.png")
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 

@@ -40,7 +40,7 @@ def test_info_describes_the_model(stub: Stub) -> None:
     assert info.dtype == "bfloat16" and info.device == "cpu" and info.context_length == 4096
     assert len(info.layer_mean_norms) == 18 and all(n > 0 for n in info.layer_mean_norms)
     assert info.prompt_format == "gemma-turns-v1" and info.vector_encoding == "float32-le"
-    assert info.max_waiting == 1 and info.max_strength == 64
+    assert info.max_waiting == 1 and info.max_strength == 8
 
 
 def test_count_tokens_is_exact_for_text_and_messages(stub: Stub, model_dir: Path) -> None:
@@ -141,9 +141,9 @@ GOOD = _vector(np.ones(640))
             "must be 0 to 17, got 18",
         ),
         (
-            pb.Influence(vector=GOOD, layer=6, strength=65),
+            pb.Influence(vector=GOOD, layer=6, strength=9),
             "influences[0].strength",
-            "within ±64, got 65",
+            "within ±8, got 9",
         ),
         (
             pb.Influence(vector=GOOD, layer=6, strength=float("inf")),

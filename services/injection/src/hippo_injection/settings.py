@@ -69,10 +69,11 @@ class InjectionSettings(ServiceSettings):
     max_stop_chars: int = Field(256, ge=1, description="Most characters per stop sequence.")
     max_influences: int = Field(8, ge=0, le=256, description="Most influences per request.")
     max_strength: float = Field(
-        64.0,
+        8.0,
         gt=0,
         description="Largest |strength| of an influence. With vectors scaled to the layer "
-        "norm, strengths above ~8 wreck the output (docs/injection.md).",
+        "norm, every sweep setting at 0.5 already wrecked unrelated answers "
+        "(docs/injection.md); 8 leaves room for unscaled vectors, not for more damage.",
     )
     max_memories: int = Field(16, ge=0, le=256, description="Most attendable memory texts.")
     max_memory_tokens: int = Field(
