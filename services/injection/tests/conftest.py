@@ -64,7 +64,7 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def engine(model_dir: Path) -> TransformersEngine:
-    return TransformersEngine.load(model_dir, "bfloat16", "cpu", threads=1)
+    return TransformersEngine.load(model_dir, "auto", "cpu", threads=1)
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +262,13 @@ async def test_score_agrees_with_greedy_generation(engine: TransformersEngine) -
     generated = [item.token.logprob for item in items]  # type: ignore[attr-defined]
     if list(scored.token_ids) == [item.token.id for item in items]:  # type: ignore[attr-defined]
         np.testing.assert_allclose(scored.logprobs, generated, atol=0.05)
+
+
+def test_bfloat16_engine_keeps_the_plain_models_logits(model_dir: Path) -> None:
+    """The GPU default: same cache, loaded as bf16; no influence, no change."""
+    bf16 = TransformersEngine.load(model_dir, "bfloat16", "cpu", threads=1)
+    assert bf16.info.dtype == "bfloat16" and len(bf16.info.layer_mean_norms) == 18
+    ids = [bf16.bos_id, *bf16.tokenize("Hello")]
+    run = bf16.open(ids, [], Attendable(), Sampling())
+    assert torch.equal(run.forward(ids, 1)[-1], _plain_last_logits(bf16, ids))
+    run.close()

@@ -37,7 +37,7 @@ def _field_violation(err: grpc.RpcError) -> str:
 def test_info_describes_the_model(stub: Stub) -> None:
     info = stub.Info(pb.InfoRequest(), timeout=10)
     assert (info.layers, info.hidden_size, info.vocab_size) == (18, 640, 262144)
-    assert info.dtype == "bfloat16" and info.device == "cpu" and info.context_length == 4096
+    assert info.dtype == "float32" and info.device == "cpu" and info.context_length == 4096
     assert len(info.layer_mean_norms) == 18 and all(n > 0 for n in info.layer_mean_norms)
     assert info.prompt_format == "gemma-turns-v1" and info.vector_encoding == "float32-le"
     assert info.max_waiting == 1 and info.max_strength == 8

@@ -129,8 +129,11 @@ class TransformersEngine:
 
         if threads > 0:
             torch.set_num_threads(threads)
+        target = pick_device(device)
+        if dtype == "auto":  # bf16 pays off where there are bf16 units: GPUs, not AVX2 CPUs
+            dtype = "bfloat16" if target == "cuda" else "float32"
         model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=_DTYPES[dtype])
-        model.to(pick_device(device))
+        model.to(target)
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         from hippo_injection.adapters.loader import MODEL_ID
 
