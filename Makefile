@@ -45,10 +45,13 @@ fmt: $(STAMP) ## Format and autofix hand-written code
 	$(BIN)/ruff format $(SOURCES) $(TESTS)
 	$(BIN)/ruff check --fix $(SOURCES) $(TESTS)
 
-test: $(STAMP) proto-check ## Install what is needed, then run every test (real models, real gRPC)
+model: $(STAMP) ## Convert the LLM's GGUF once into var/injection/model (first start: ~100 s)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m hippo_injection.adapters.loader var/injection/model
+
+test: $(STAMP) proto-check model ## Install what is needed, then run every test (real models, real gRPC)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
-run: $(STAMP) proto-check ## Install, then start the whole cluster locally (Ctrl-C stops it)
+run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it)
 	HF_HUB_OFFLINE=1 $(BIN)/hippo up
 
 bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
@@ -60,4 +63,4 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check env-example lint fmt test run bench clean
+.PHONY: help install proto proto-check env-example lint fmt model test run bench clean

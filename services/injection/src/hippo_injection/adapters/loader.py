@@ -80,3 +80,9 @@ def _convert(target: Path) -> None:
             shutil.rmtree(target)
         out.rename(target)
     log.info("converted_gguf", target=str(target))
+
+
+if __name__ == "__main__":  # `make model`: convert ahead of the first start
+    import sys
+
+    print(ensure_cached(Path(sys.argv[1] if len(sys.argv) > 1 else "var/injection/model")))
