@@ -98,21 +98,23 @@ def test_identifiers_by_bm25_paraphrases_by_vectors_both_first_under_rrf(stub) -
 
     lexical = recall(stub, "acme", user, "handleSubmit", LEXICAL)
     semantic = recall(stub, "acme", user, "handleSubmit", SEMANTIC)
-    assert set(texts_of(lexical)) == {identifier, both}  # only they hold the word
+    # Only they hold the word (the paraphrase after them may follow: its BM25 document
+    # quotes the turn before it).
+    assert set(texts_of(lexical)[:2]) == {identifier, both}
     # Vectors rank a turn that lacks the word above it (beside the one that has it).
     assert texts_of(semantic).index(identifier) >= 2
 
-    dog_lexical = recall(stub, "acme", user, "new family dog", LEXICAL)
-    dog_semantic = recall(stub, "acme", user, "new family dog", SEMANTIC)
-    assert paraphrase not in texts_of(dog_lexical)  # no shared word
+    dog_lexical = recall(stub, "acme", user, "our new dog", LEXICAL)
+    dog_semantic = recall(stub, "acme", user, "our new dog", SEMANTIC)
+    assert paraphrase not in texts_of(dog_lexical)  # no shared word, nor in the turn before
     assert texts_of(dog_semantic)[0] == paraphrase
 
     hybrid = recall(stub, "acme", user, "handleSubmit crash on form submission", HYBRID)
     top = hybrid.hits[0]
     assert top.memory.text == both
     assert top.lexical_rank >= 1 and top.semantic_rank >= 1
-    expected = 1 / (60 + top.lexical_rank) + 1 / (60 + top.semantic_rank)
-    assert top.fused_score == pytest.approx(expected)
+    rrf = 1.5 / (5 + top.lexical_rank) + 1 / (5 + top.semantic_rank)  # the defaults
+    assert top.fused_score >= rrf - 1e-12  # plus what its session neighbours lend it
     assert hybrid.lexical_candidates > 0 and hybrid.semantic_candidates > 0
 
 
@@ -264,15 +266,22 @@ def test_a_retried_remember_has_one_effect(stub) -> None:  # type: ignore[no-unt
     unkeyed_again = remember(stub, "acme", user, ["five"])
     assert unkeyed.memory_ids != unkeyed_again.memory_ids  # documented: no key, no dedup
     hits = recall(stub, "acme", user, "one two three four", LEXICAL, top_k=100).hits
-    assert sorted(h.memory.text for h in hits) == ["four", "one", "three", "two"]
-    assert [h.memory.sequence for h in sorted(hits, key=lambda h: h.memory.sequence)] == [
-        1,
-        2,
-        3,
-        4,
-    ]
+    found = [h.memory.text for h in hits]
+    assert all(found.count(word) == 1 for word in ("one", "two", "three", "four"))
+    sequence = {h.memory.text: h.memory.sequence for h in hits}
+    assert [sequence[w] for w in ("one", "two", "three", "four")] == [1, 2, 3, 4]
     other_tenant = remember(stub, "globex", user, ["one"], client_ids=["D1:1"])
     assert other_tenant.created == 1 and other_tenant.memory_ids[0] != first.memory_ids[0]
+
+
+def test_the_largest_remember_the_api_allows_goes_through(stub) -> None:  # type: ignore[no-untyped-def]
+    """64 turns of 32 KiB (2 MiB): over gRPC's 1 MiB default, inside every hop's limit."""
+    user = uid()
+    texts = [f"big{i} " + "x" * (32 * 1024 - 10) for i in range(64)]
+    reply = remember(stub, "acme", user, texts)
+    assert reply.created == 64
+    hits = recall(stub, "acme", user, "big63", LEXICAL).hits
+    assert [len(h.memory.text.encode()) for h in hits] == [len(texts[63])]
 
 
 def test_missing_or_wrong_api_key_is_unauthenticated(stub) -> None:  # type: ignore[no-untyped-def]

@@ -86,7 +86,8 @@ def test_acknowledged_turns_survive_kill_9_of_retrieval(
                         ids = [h.memory.memory_id for h in hits]
                         assert ids.count(memory_id) == 1, (token, mode)
                         if mode == memory_pb2.RECALL_MODE_LEXICAL:
-                            assert ids == [memory_id]  # the token is in no other turn
+                            # first; only the next turn (which quotes it) may follow
+                            assert ids[0] == memory_id and len(ids) <= 2
                 everything = stub.Recall(
                     memory_pb2.RecallRequest(
                         scope=memory_pb2.Scope(user_id="crash"),

@@ -104,6 +104,26 @@ class MemoryStore:
             self.log.append(Deletion(self.seq, tenant, m))
         return gone
 
+    def previous(self, turns: Sequence[StoredTurn]) -> dict[str, StoredTurn]:
+        out = {}
+        for t in turns:
+            before = [
+                o for o in self.turns.values()
+                if (o.tenant, o.user, o.session) == (t.tenant, t.user, t.session)
+                and o.position < t.position
+            ]  # fmt: skip
+            if before:
+                out[t.memory_id] = max(before, key=lambda o: o.position)
+        return out
+
+    def locate(
+        self, tenant: str, user: str, memory_ids: Sequence[str]
+    ) -> dict[str, tuple[str, int]]:
+        found = (self.turns.get((tenant, m)) for m in memory_ids)
+        return {
+            t.memory_id: (t.session, t.position) for t in found if t is not None and t.user == user
+        }
+
     def last_seq(self) -> int:
         return self.seq
 

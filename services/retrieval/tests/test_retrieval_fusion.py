@@ -1,4 +1,4 @@
-"""RRF as specified: 1-based ranks, k = 60, weights, deterministic ties."""
+"""RRF: 1-based ranks, k, weights, deterministic ties; the neighbour step."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hippo_retrieval.domain.fusion import rrf
+from hippo_retrieval.domain.fusion import neighbour_boost, rrf
 from hippo_retrieval.domain.models import Candidate
 
 
@@ -53,3 +53,16 @@ def test_fusion_properties(lists: dict[str, list[str]]) -> None:
     assert [h.fused_score for h in hits] == sorted((h.fused_score for h in hits), reverse=True)
     for h in hits:
         assert all(lists[name][rank - 1] == h.memory_id for name, rank in h.ranks.items())
+
+
+def test_neighbour_boost_lifts_the_turn_next_to_a_strong_match() -> None:
+    hits = rrf({"lexical": [Candidate("q", 9.0), Candidate("far", 5.0), Candidate("a", 1.0)]})
+    places = {"q": ("s1", 4), "a": ("s1", 5), "far": ("s2", 1)}
+    boosted = neighbour_boost(hits, places, 0.5)
+    score = {h.memory_id: h.fused_score for h in boosted}
+    assert score["a"] == pytest.approx(1 / 63 + 0.5 / 61)  # its neighbour q ranked first
+    assert score["q"] == pytest.approx(1 / 61 + 0.5 / 63)
+    assert score["far"] == pytest.approx(1 / 62)  # nobody next to it
+    assert [h.memory_id for h in boosted] == ["q", "a", "far"]
+    assert boosted[1].ranks == {"lexical": 3}  # ranks stay the retrievers' own
+    assert neighbour_boost(hits, places, 0.0) == hits

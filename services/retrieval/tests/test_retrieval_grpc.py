@@ -53,6 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]
     env = {
         f"{PREFIX}DATA_DIR": str(tmp_path_factory.mktemp("retrieval")),
         f"{PREFIX}DIMENSION": str(DIM),
+        f"{PREFIX}NEIGHBOUR_WEIGHT": "0",  # scores below are plain weighted RRF
     }
     with service_process("hippo_retrieval", PREFIX, env) as proc:
         wait_for(proc.addr, FULL_NAME, timeout=60)
@@ -106,7 +107,7 @@ def test_write_then_search_round_trips_every_field(stub) -> None:  # type: ignor
     top = hits[0]
     assert top.memory.memory_id == turns[0].memory_id
     assert top.lexical_rank == 1 and top.semantic_rank == 1
-    assert top.fused_score == pytest.approx(2 / 61)
+    assert top.fused_score == pytest.approx(1.5 / 6 + 1 / 6)  # k = 5, weights 1.5 and 1
     assert top.semantic_score == pytest.approx(1.0, abs=1e-5) and top.lexical_score > 0
     m = top.memory
     assert (m.scope.user_id, m.scope.session_id, m.role, m.client_id) == (
@@ -229,7 +230,12 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
             for turn in acknowledged:
                 token = turn.text.split()[0]
                 lexical = search(stub, "acme", token, mode=memory_pb2.RECALL_MODE_LEXICAL).hits
-                assert [h.memory.memory_id for h in lexical] == [turn.memory_id]
+                ids = [h.memory.memory_id for h in lexical]
+                # first, once; the next turn of its batch may follow (it quotes this one)
+                assert ids[0] == turn.memory_id and ids.count(turn.memory_id) == 1, [
+                    (h.memory.text, h.lexical_score, h.fused_score) for h in lexical
+                ] + [turn.text]
+                assert len(ids) <= 2
                 seed = int(turn.client_id[1:])
                 semantic = search(
                     stub, "acme", "", seed=seed, mode=memory_pb2.RECALL_MODE_SEMANTIC, top_k=1

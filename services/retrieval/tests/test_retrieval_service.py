@@ -114,6 +114,36 @@ async def test_delete_erases_from_every_mode(service: RetrievalService) -> None:
     assert status.lexical_seq == status.vector_seq == status.last_seq  # applied, not just hidden
 
 
+async def test_turns_are_indexed_in_context_and_erasure_rewrites_the_context(
+    service: RetrievalService,
+) -> None:
+    """BM25 finds a turn by the words of the turn before it, its speaker and its date; once
+    that previous turn is erased, its words are gone from the next turn's document too."""
+    first = NewTurn(
+        str(uuid.uuid4()), "t1", "u1", "s1", Role.USER, "Did you finish the marathon?",
+        1_683_504_000_000_000, metadata={"speaker": "Ada"}, vector=unit(1),
+    )  # fmt: skip
+    second = NewTurn(
+        str(uuid.uuid4()), "t1", "u1", "s1", Role.ASSISTANT, "Yes! In four hours.",
+        1_683_504_000_000_000, metadata={"speaker": "Bo", "attachment": "a medal"},
+        vector=unit(2),
+    )  # fmt: skip
+    await service.write("t1", [first, second], wait_searchable=True, timeout=2.0)
+    scope = Scope("t1", "u1")
+
+    async def lexical(query: str) -> list[str]:
+        hits = (await service.search(scope, query, None, Mode.LEXICAL, 10)).hits
+        return [h.turn.memory_id for h in hits]
+
+    assert set(await lexical("marathon")) == {first.memory_id, second.memory_id}
+    assert await lexical("Bo medal") == [second.memory_id]
+    assert set(await lexical("May 2023")) == {first.memory_id, second.memory_id}
+    assert await lexical("what did Bo say") == [second.memory_id]  # stop words dropped
+    await service.delete("t1", "u1", None, [first.memory_id], timeout=2.0)
+    assert await lexical("marathon") == []  # not even through the next turn's context
+    assert await lexical("four hours") == [second.memory_id]
+
+
 async def test_bad_requests_name_the_field(service: RetrievalService) -> None:
     with pytest.raises(InvalidArgument, match=r"turns\[0\]\.vector: must hold 8"):
         bad = turn("x")
@@ -169,8 +199,11 @@ async def test_reindex_rebuilds_while_searches_and_writes_continue(tmp_path: Pat
 
         await service.write("t1", [turn("after the switch")], wait_searchable=True, timeout=2.0)
         after = await service.search(scope, "topic5", None, Mode.LEXICAL, 100)
-        assert len(before.hits) == 43  # i % 7 == 5 for 43 of 0..299
-        assert {h.turn.memory_id for h in after.hits} == {h.turn.memory_id for h in before.hits}
+        assert len(before.hits) >= 43  # i % 7 == 5 for 43 of 0..299 (and their successors)
+        late_ids = {t.memory_id for t in late}  # the first late write quotes turn 299 (topic5)
+        assert {h.turn.memory_id for h in after.hits} - late_ids == {
+            h.turn.memory_id for h in before.hits
+        }
         for t in turns[::15]:  # every old turn is still found by its own vector
             hits = (await service.search(scope, "", t.vector, Mode.SEMANTIC, 1)).hits
             assert hits[0].turn.memory_id == t.memory_id

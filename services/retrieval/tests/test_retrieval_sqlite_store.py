@@ -261,7 +261,9 @@ def test_seq_strictly_increases_across_puts_and_deletes(store: SqliteTurnStore) 
         seen.append(store.last_seq())
     assert seen == sorted(seen)
     assert len(set(seen)) == len(seen)
-    assert seen == list(range(1, 10))
+    # each delete takes one seq for the erasure and one for touching the next turn of
+    # the session (whose BM25 document quoted the erased one)
+    assert seen == [1, 2, 4, 5, 6, 8, 9, 10, 12]
     # every seq appears once in the raw log, shared by both kinds
     feed = store.changes(0, 100)
     assert [c.seq for c in feed] == sorted({c.seq for c in feed})
@@ -270,21 +272,26 @@ def test_seq_strictly_increases_across_puts_and_deletes(store: SqliteTurnStore) 
 def test_change_feed_order_and_content(store: SqliteTurnStore) -> None:
     a, b, c = _turn(0), _turn(1), _turn(2)
     store.append([a, b])  # seq 1, 2
-    store.delete("t1", "u1", memory_ids=[a.memory_id])  # seq 3
-    store.append([c])  # seq 4
+    store.delete("t1", "u1", memory_ids=[a.memory_id])  # seq 3, and 4 touches b
+    store.append([c])  # seq 5
 
     feed = store.changes(0, 100)
-    assert [type(x) for x in feed] == [StoredTurn, Deletion, StoredTurn]
+    assert [type(x) for x in feed] == [StoredTurn, Deletion, StoredTurn, StoredTurn]
     assert isinstance(feed[0], StoredTurn)
     assert (feed[0].seq, feed[0].memory_id, feed[0].text) == (2, b.memory_id, "turn 1")
     assert feed[1] == Deletion(seq=3, tenant="t1", memory_id=a.memory_id)
-    assert isinstance(feed[2], StoredTurn)
-    assert (feed[2].seq, feed[2].memory_id) == (4, c.memory_id)
+    assert isinstance(feed[2], StoredTurn)  # the touch: b's current row at the touch's seq
+    assert (feed[2].seq, feed[2].memory_id, feed[2].position) == (4, b.memory_id, 2)
+    assert isinstance(feed[3], StoredTurn)
+    assert (feed[3].seq, feed[3].memory_id) == (5, c.memory_id)
     # the erased turn's put is not returned: no text of it leaves the store
     assert not any(isinstance(x, StoredTurn) and x.memory_id == a.memory_id for x in feed)
+    # c's previous turn in the session is b now that a is gone; b has none
+    previous = store.previous([feed[3], feed[2]])
+    assert {k: v.memory_id for k, v in previous.items()} == {c.memory_id: b.memory_id}
 
-    assert [x.seq for x in store.changes(2, 100)] == [3, 4]
-    assert store.changes(4, 100) == []
+    assert [x.seq for x in store.changes(2, 100)] == [3, 4, 5]
+    assert store.changes(5, 100) == []
     # limit counts returned entries, skipping superseded puts
     assert [x.seq for x in store.changes(0, 1)] == [2]
     assert [x.seq for x in store.changes(0, 2)] == [2, 3]
@@ -472,7 +479,7 @@ def test_everything_survives_close_and_reopen(db: Path) -> None:
 
     s = SqliteTurnStore(db)
     try:
-        assert s.last_seq() == before[0] == 6
+        assert s.last_seq() == before[0] == 7  # 5 puts, the erasure, a touch of turn 2
         after = s.changes(0, 100)
         assert [(c.seq, type(c), c.memory_id) for c in after] == [
             (c.seq, type(c), c.memory_id) for c in before[1]
@@ -482,7 +489,7 @@ def test_everything_survives_close_and_reopen(db: Path) -> None:
         np.testing.assert_array_equal(got[-1].vector, np.full(3, 4, dtype=np.float32))
         # the sequence continues; it never reuses a seq, even one of an erased turn
         ((t, _),) = s.append([_turn(9)])
-        assert t.seq == 7
+        assert t.seq == 8
     finally:
         s.close()
 

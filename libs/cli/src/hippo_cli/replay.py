@@ -4,7 +4,8 @@ Chronological within each conversation (session by session, turn by turn); each
 conversation's `sample_id` becomes its user, `session_<n>` its session, each turn's
 `dia_id` its client id (so a replay can be repeated or resumed: what is stored already is
 not stored twice), the session's date the turns' time, speaker_a the user role and
-speaker_b the assistant role, with the speaker's name in the metadata.
+speaker_b the assistant role. The speaker's name goes in metadata `speaker` and a shared
+image's caption in `attachment`: both are indexed with the turn (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def memory_turn(turn: locomo.Turn, conversation: locomo.Conversation) -> memory_
         else memory_pb2.ROLE_ASSISTANT
     )
     metadata = {"speaker": turn.speaker}
-    if turn.caption:
-        metadata["image_caption"] = turn.caption[:1024]
+    if turn.caption:  # what the shared picture showed: indexed with the turn
+        metadata["attachment"] = turn.caption[:1024]
     out = memory_pb2.Turn(role=role, text=turn.text, client_id=turn.dia_id, metadata=metadata)
     out.time.FromMicroseconds(turn.time_us)
     return out

@@ -32,8 +32,11 @@ def build(settings: GatewaySettings) -> Service:
 
     async def warmup() -> None:
         # Channels are made here, inside the server's event loop (aio channels bind to it).
-        embedding = client.channel(settings.embedding_addr, settings.client)
-        retrieval = client.channel(settings.retrieval_addr, settings.client)
+        # Peers get messages as large as our own callers may send (a full Remember is
+        # 64 turns of 32 KiB: over gRPC's 1 MiB default).
+        size = settings.max_message_bytes
+        embedding = client.channel(settings.embedding_addr, settings.client, max_message_bytes=size)
+        retrieval = client.channel(settings.retrieval_addr, settings.client, max_message_bytes=size)
         channels.extend([embedding, retrieval])
         embedder = GrpcEmbedder(embedding)
         await embedder.connect(timeout=settings.peer_wait_seconds)

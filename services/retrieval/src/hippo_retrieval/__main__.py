@@ -39,6 +39,7 @@ def domain(settings: RetrievalSettings) -> RetrievalService:
             weights={LEXICAL: settings.lexical_weight, SEMANTIC: settings.semantic_weight},
             candidates=settings.candidates,
             max_top_k=settings.max_top_k,
+            neighbour_weight=settings.neighbour_weight,
         ),
         projection=ProjectionConfig(settings.commit_interval_seconds, settings.commit_every),
         limits=Limits(max_turns=settings.max_turns_per_write, dimension=settings.dimension),

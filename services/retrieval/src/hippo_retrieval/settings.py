@@ -41,10 +41,26 @@ class RetrievalSettings(ServiceSettings):
         5.0, gt=0, description="Deadline of each call to the Qdrant server."
     )
     rrf_k: float = Field(
-        60.0, gt=0, description="Reciprocal Rank Fusion constant: score = sum w / (k + rank)."
+        5.0,
+        gt=0,
+        description="Reciprocal Rank Fusion constant: score = sum w / (k + rank). 5 measured "
+        "best (flat 2-10); the literature's 60 blurs the top ranks (docs/recall.md).",
     )
-    lexical_weight: float = Field(1.0, ge=0, description="RRF weight of the BM25 retriever.")
+    lexical_weight: float = Field(
+        1.5,
+        ge=0,
+        description="RRF weight of the BM25 retriever (over turns indexed in context it is "
+        "the stronger one; docs/recall.md).",
+    )
     semantic_weight: float = Field(1.0, ge=0, description="RRF weight of the vector retriever.")
+    neighbour_weight: float = Field(
+        0.5,
+        ge=0,
+        le=2,
+        description="HYBRID only: after fusion, a candidate gains this share of the best "
+        "score of the turns right before/after it in its session (among the candidates). "
+        "0 turns it off.",
+    )
     candidates: int = Field(
         100,
         ge=1,

@@ -16,8 +16,11 @@ class Embedder(Protocol):
 
 
 class TurnStore(Protocol):
-    async def write(self, tenant: str, turns: Sequence[TurnToStore]) -> list[tuple[Memory, bool]]:
-        """Store all turns or none; (stored memory, created now) per turn, in order."""
+    async def write(
+        self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
+    ) -> list[tuple[Memory, bool]]:
+        """Store all turns or none; (stored memory, created now) per turn, in order.
+        `wait_searchable`: return only once they are searchable in both indexes."""
         ...
 
     async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled: ...

@@ -27,6 +27,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ _MAX_IN = 500
 _SCHEMA = """
 CREATE TABLE changes (
     seq       INTEGER PRIMARY KEY AUTOINCREMENT,
-    op        TEXT NOT NULL CHECK (op IN ('put', 'delete')),
+    op        TEXT NOT NULL CHECK (op IN ('put', 'delete', 'touch')),
     tenant    TEXT NOT NULL,
     memory_id TEXT NOT NULL
 );
@@ -72,7 +73,7 @@ CREATE TABLE sessions (
     last_position INTEGER NOT NULL,
     PRIMARY KEY (tenant, user_id, session_id)
 ) WITHOUT ROWID;
-CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id);
+CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id, position);
 CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
 """
 
@@ -209,19 +210,21 @@ class SqliteTurnStore:
         return [found[i] for i in wanted if i in found]
 
     def changes(self, after_seq: int, limit: int) -> list[Change]:
-        """Puts and deletions with seq > after_seq, in seq order, at most `limit` entries.
+        """Puts, touches and deletions with seq > after_seq, in seq order, at most `limit`.
 
         A put whose turn has since been erased is left out: its Deletion, later in the
         feed, supersedes it, and the text no longer exists to be sent. So seqs in the
         result may have gaps; `limit` counts returned entries, so a short page means the
-        feed is exhausted.
+        feed is exhausted. A touch (the turn's neighbourhood changed: see `delete`) comes
+        back as the turn's current row carrying the touch's seq.
         """
         if limit < 1:
             raise InvalidArgument("limit", "must be at least 1")
         with self._locked() as conn:
             rows = conn.execute(
                 f"SELECT c.seq, c.op, c.tenant, c.memory_id, {_TURN_COLUMNS} "
-                "FROM changes c LEFT JOIN turns t ON t.seq = c.seq "
+                "FROM changes c LEFT JOIN turns t ON t.tenant = c.tenant "
+                "AND t.memory_id = c.memory_id AND (c.op = 'touch' OR t.seq = c.seq) "
                 "WHERE c.seq > ? AND (c.op = 'delete' OR t.seq IS NOT NULL) "
                 "ORDER BY c.seq LIMIT ?",
                 (after_seq, limit),
@@ -232,7 +235,40 @@ class SqliteTurnStore:
             if op == "delete":
                 out.append(Deletion(seq=int(seq), tenant=str(tenant), memory_id=str(memory_id)))
             else:
-                out.append(_from_row(row[4:]))
+                out.append(replace(_from_row(row[4:]), seq=int(seq)))
+        return out
+
+    def previous(self, turns: Sequence[StoredTurn]) -> dict[str, StoredTurn]:
+        """For each turn, the live turn just before it in its session (by position), keyed
+        by the turn's memory_id; a session's first turn has none."""
+        out: dict[str, StoredTurn] = {}
+        with self._locked() as conn:
+            for turn in turns:
+                row = conn.execute(
+                    f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.user_id = ? "
+                    "AND t.session_id = ? AND t.position < ? ORDER BY t.position DESC LIMIT 1",
+                    (turn.tenant, turn.user, turn.session, turn.position),
+                ).fetchone()
+                if row is not None:
+                    out[turn.memory_id] = _from_row(row)
+        return out
+
+    def locate(
+        self, tenant: str, user: str, memory_ids: Sequence[str]
+    ) -> dict[str, tuple[str, int]]:
+        """(session, position) of each of the user's turns among `memory_ids`."""
+        wanted = list(dict.fromkeys(memory_ids))
+        out: dict[str, tuple[str, int]] = {}
+        with self._locked() as conn:
+            for start in range(0, len(wanted), _MAX_IN):
+                chunk = wanted[start : start + _MAX_IN]
+                marks = ",".join("?" * len(chunk))
+                for memory_id, session, position in conn.execute(
+                    "SELECT memory_id, session_id, position FROM turns WHERE tenant = ? "
+                    f"AND user_id = ? AND memory_id IN ({marks})",
+                    (tenant, user, *chunk),
+                ):
+                    out[str(memory_id)] = (str(session), int(position))
         return out
 
     def delete(
@@ -248,25 +284,42 @@ class SqliteTurnStore:
             params.append(session)
         ids = list(dict.fromkeys(memory_ids))
         with self._transaction() as conn:
-            victims: list[tuple[int, str]] = []
+            victims: list[tuple[int, str, str, int]] = []
+            columns = "seq, memory_id, session_id, position"
             if ids:
                 for start in range(0, len(ids), _MAX_IN):
                     chunk = ids[start : start + _MAX_IN]
                     marks = ",".join("?" * len(chunk))
                     victims += conn.execute(
-                        f"SELECT seq, memory_id FROM turns WHERE {where} "
-                        f"AND memory_id IN ({marks})",
+                        f"SELECT {columns} FROM turns WHERE {where} AND memory_id IN ({marks})",
                         (*params, *chunk),
                     ).fetchall()
             else:
                 victims = conn.execute(
-                    f"SELECT seq, memory_id FROM turns WHERE {where}", params
+                    f"SELECT {columns} FROM turns WHERE {where}", params
                 ).fetchall()
             victims.sort()
-            for seq, memory_id in victims:
+            for seq, memory_id, _, _ in victims:
                 conn.execute("DELETE FROM turns WHERE seq = ?", (seq,))
                 conn.execute(
                     "INSERT INTO changes (op, tenant, memory_id) VALUES ('delete', ?, ?)",
+                    (tenant, memory_id),
+                )
+            # A turn's lexical document quotes the turn before it (see domain/documents.py):
+            # the next surviving turn after each erased one is touched, so the indexes
+            # rebuild its document without the erased text.
+            touched: dict[str, None] = {}
+            for _, _, session_id, position in victims:
+                row = conn.execute(
+                    "SELECT memory_id FROM turns WHERE tenant = ? AND user_id = ? "
+                    "AND session_id = ? AND position > ? ORDER BY position LIMIT 1",
+                    (tenant, user, session_id, position),
+                ).fetchone()
+                if row is not None:
+                    touched.setdefault(str(row[0]), None)
+            for memory_id in touched:
+                conn.execute(
+                    "INSERT INTO changes (op, tenant, memory_id) VALUES ('touch', ?, ?)",
                     (tenant, memory_id),
                 )
             # A session left without turns is forgotten whole: its counter goes too (the
@@ -279,7 +332,7 @@ class SqliteTurnStore:
             )
         if victims:
             self._purge_wal()
-        return [str(memory_id) for _, memory_id in victims]
+        return [str(memory_id) for _, memory_id, _, _ in victims]
 
     def last_seq(self) -> int:
         """The highest seq ever handed out (0 for a new store); survives restarts."""

@@ -83,6 +83,7 @@ from tantivy import (
     Tokenizer,
 )
 
+from hippo_retrieval.adapters import stopwords
 from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn
 
 MEMORY_ID = "memory_id"
@@ -114,16 +115,17 @@ class IndexLockedError(RuntimeError):
     """Another IndexWriter (this process or another) already owns the index directory."""
 
 
-def text_analyzer() -> TextAnalyzer:
+def text_analyzer(*, stop_words: frozenset[str] = frozenset()) -> TextAnalyzer:
     """The `text` field's chain: Tantivy's `en_stem` (simple, remove_long 40, lowercase,
-    English stemmer)."""
-    return (
+    English stemmer). With `stop_words` (query side only) they go before stemming."""
+    builder = (
         TextAnalyzerBuilder(Tokenizer.simple())
         .filter(Filter.remove_long(40))
         .filter(Filter.lowercase())
-        .filter(Filter.stemmer("english"))
-        .build()
     )
+    if stop_words:
+        builder = builder.filter(Filter.custom_stopword(sorted(stop_words)))
+    return builder.filter(Filter.stemmer("english")).build()
 
 
 def exact_analyzer(*, lowercase: bool = True) -> TextAnalyzer:
@@ -192,6 +194,7 @@ class TantivyIndex:
         # Opens the index if one exists (Tantivy refuses a different schema), else creates it.
         self._index = Index(self._schema, path=str(self._path), reuse=True)
         self._text_analyzer = text_analyzer()
+        self._query_analyzer = text_analyzer(stop_words=stopwords.ENGLISH)  # query side only
         self._exact_analyzer = exact_analyzer()
         self._raw_exact_analyzer = exact_analyzer(lowercase=False)  # query side only
         # Registered before the writer exists, on every open: Tantivy does not persist them.
@@ -297,8 +300,8 @@ class TantivyIndex:
             SESSION: turn.session,
             ROLE: str(turn.role),
             TIME: turn.time_us,
-            TEXT: text,
-            EXACT: text,
+            TEXT: clean_text(turn.document) if turn.document else text,
+            EXACT: text,  # the turn's own words only: identifiers lead to their own turn
         }
         return Document.from_dict(fields, self._schema)
 
@@ -338,7 +341,10 @@ class TantivyIndex:
     def _text_query(self, query: str) -> Query | None:
         text = clean_text(query[:MAX_QUERY_CHARS])
         clauses: list[tuple[Occur, Query]] = []
-        for token in _distinct(self._text_analyzer.analyze(text), MAX_QUERY_TERMS):
+        terms = _distinct(self._query_analyzer.analyze(text), MAX_QUERY_TERMS)
+        if not terms:  # only stop words ("who are you?"): then they are the query
+            terms = _distinct(self._text_analyzer.analyze(text), MAX_QUERY_TERMS)
+        for token in terms:
             clauses.append((Occur.Should, self._term(TEXT, token)))
         identifiers = (
             token

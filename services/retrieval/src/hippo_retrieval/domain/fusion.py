@@ -41,3 +41,31 @@ def rrf(
     if limit is not None:
         order = order[:limit]
     return [FusedHit(m, fused[m], ranks[m], scores[m]) for m in order]
+
+
+def neighbour_boost(
+    hits: Sequence[FusedHit], places: Mapping[str, tuple[str, int]], weight: float
+) -> list[FusedHit]:
+    """score'(d) = score(d) + weight * max(score(prev d), score(next d)), where prev/next are
+    the turns right before and after d in its session (by position) among the candidates.
+
+    A turn next to a strong match is likely part of the same exchange ("Yes, last
+    Tuesday!" answers the question above it); only candidates count, so this costs no
+    extra search. Ranks and per-retriever scores are kept as the retrievers gave them.
+    """
+    if weight <= 0:
+        return list(hits)
+    score_at = {places[h.memory_id]: h.fused_score for h in hits if h.memory_id in places}
+    boosted = []
+    for h in hits:
+        place = places.get(h.memory_id)
+        bonus = 0.0
+        if place is not None:
+            session, position = place
+            bonus = max(
+                score_at.get((session, position - 1), 0.0),
+                score_at.get((session, position + 1), 0.0),
+            )
+        boosted.append(FusedHit(h.memory_id, h.fused_score + weight * bonus, h.ranks, h.scores))
+    boosted.sort(key=lambda h: (-h.fused_score, min(h.ranks.values()), h.memory_id))
+    return boosted

@@ -73,6 +73,7 @@ class StoredTurn:
     metadata: Mapping[str, str]
     vector: Vector | None
     position: int = 0  # 1-based place in its session, in arrival order; never reused
+    document: str = ""  # what BM25 indexes (documents.py); set by the projector, not stored
 
 
 @dataclass(frozen=True)

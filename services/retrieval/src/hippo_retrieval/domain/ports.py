@@ -24,7 +24,18 @@ class TurnStore(Protocol):
         ...
 
     def changes(self, after_seq: int, limit: int) -> list[Change]:
-        """Writes and deletions with seq > after_seq, in seq order (the indexes' feed)."""
+        """Writes, touches (a turn whose neighbourhood changed, as its current row) and
+        deletions with seq > after_seq, in seq order (the indexes' feed)."""
+        ...
+
+    def previous(self, turns: Sequence[StoredTurn]) -> dict[str, StoredTurn]:
+        """The live turn just before each turn in its session, keyed by memory_id."""
+        ...
+
+    def locate(
+        self, tenant: str, user: str, memory_ids: Sequence[str]
+    ) -> dict[str, tuple[str, int]]:
+        """(session, position) of each of the user's turns among memory_ids."""
         ...
 
     def delete(

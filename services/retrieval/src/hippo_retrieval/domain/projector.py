@@ -14,7 +14,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
+from hippo_retrieval.domain.documents import lexical_document
+from hippo_retrieval.domain.models import Change, StoredTurn
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
@@ -84,7 +87,7 @@ class Projector:
             lexical = [c for c in changes if c.seq > self._lexical_applied]
             vector = [c for c in changes if c.seq > self._vector_applied]
             if lexical:
-                self._lexical.apply(lexical)
+                self._lexical.apply(self._documents(lexical))
                 self._lexical_applied = lexical[-1].seq
             if vector:
                 self._vectors.apply(vector)
@@ -95,6 +98,17 @@ class Projector:
             self._lexical_committed = self._lexical_applied
         self._report()
         return len(changes)
+
+    def _documents(self, changes: list[Change]) -> list[Change]:
+        """Turns with their BM25 document (the turn in its context), deletions as they are."""
+        turns = [c for c in changes if isinstance(c, StoredTurn)]
+        previous = self._store.previous(turns) if turns else {}
+        return [
+            replace(c, document=lexical_document(c, previous.get(c.memory_id)))
+            if isinstance(c, StoredTurn)
+            else c
+            for c in changes
+        ]
 
     def _report(self) -> None:
         with self._visible:

@@ -108,8 +108,8 @@ class MemoryServiceServicer:
     def Recall(self, request, context):
         """Recall runs a hybrid search over a user's memories (optionally one session): BM25
         over the words and cosine similarity over embeddings, fused with Reciprocal Rank
-        Fusion (k = 60, ranks 1-based). Each hit shows its fused score and per-retriever
-        ranks and scores. Read-only apart from the audit entry it writes.
+        Fusion (ranks 1-based; k and the weights are service settings). Each hit shows its
+        fused score and per-retriever ranks and scores. Read-only apart from the audit entry it writes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
