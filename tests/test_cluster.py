@@ -4,78 +4,59 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hippo_cli.cluster import LocalCluster, local_cluster
+from hippo_cli.registry import SERVICES
 from hippo_core.testing import free_port
 
 BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    port, metrics_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "HIPPO_EMBEDDING_PORT": str(port),
-        "HIPPO_EMBEDDING_METRICS_PORT": str(metrics_port),
-        "HIPPO_CLI_EMBEDDING_ADDR": f"127.0.0.1:{port}",
-        "HIPPO_CLI_DATA_DIR": str(tmp_path_factory.mktemp("var")),
-    }
-    launcher = subprocess.Popen(
-        [str(BIN / "hippo"), "up"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    banner: list[str] = []
-    assert launcher.stdout is not None
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = launcher.stdout.readline()
-        if not line:
-            break
-        banner.append(line)
-        if "Ctrl-C stops everything" in line:
-            break
-    text = "".join(banner)
-    assert "Hippo is up" in text, text
-    try:
-        yield {**env, "banner": text}
-    finally:
-        launcher.send_signal(signal.SIGINT)
-        rest, _ = launcher.communicate(timeout=60)
-        env["shutdown"] = rest
-        assert launcher.returncode == 0, rest
-        assert "embedding stopped (exit code 0)" in rest
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("var")) as running:
+        yield running
+    stopped = "\n".join(running.shutdown)
+    for spec in SERVICES:
+        assert f"{spec.name} stopped (exit code 0)" in stopped, stopped
 
 
-def _hippo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _hippo(
+    cluster: LocalCluster | dict[str, str], *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = cluster.env if isinstance(cluster, LocalCluster) else cluster
     return subprocess.run(
-        [str(BIN / "hippo"), *args], env=env, capture_output=True, text=True, timeout=60
+        [str(BIN / "hippo"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
     )
 
 
-def test_banner_shows_endpoints_and_a_first_example(cluster: dict[str, str]) -> None:
-    banner = cluster["banner"]
-    assert f"grpc 127.0.0.1:{cluster['HIPPO_EMBEDDING_PORT']}" in banner
-    assert "hippo embed" in banner and "EmbeddingServiceStub" in banner
+def test_banner_shows_endpoints_and_a_first_example(cluster: LocalCluster) -> None:
+    for name, addr in cluster.addrs.items():
+        assert f"{name:<11} grpc {addr}" in cluster.banner
+    assert "hippo remember" in cluster.banner and "MemoryServiceStub" in cluster.banner
+    assert f"grpc.insecure_channel('{cluster.gateway}')" in cluster.banner
 
 
-def test_hippo_health_reports_serving(cluster: dict[str, str]) -> None:
+def test_hippo_health_reports_every_service_serving(cluster: LocalCluster) -> None:
     result = _hippo(cluster, "health", "--json")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["embedding"]["status"] == "SERVING"
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == {spec.name for spec in SERVICES}
+    assert all(row["status"] == "SERVING" for row in report.values())
 
 
-def test_hippo_embed_prints_vectors_and_similarity(cluster: dict[str, str]) -> None:
+def test_hippo_embed_prints_vectors_and_similarity(cluster: LocalCluster) -> None:
     result = _hippo(
         cluster,
         "embed",
@@ -93,10 +74,114 @@ def test_hippo_embed_prints_vectors_and_similarity(cluster: dict[str, str]) -> N
     assert "384" in table.stdout and "|v|=1.000" in table.stdout
 
 
-def test_cli_errors_are_readable(cluster: dict[str, str]) -> None:
+def test_remember_recall_forget_from_the_terminal(cluster: LocalCluster) -> None:
+    stored = _hippo(
+        cluster, "remember", "--user", "alice", "--session", "s1", "--json",
+        "--client-id", "m1", "--client-id", "m2",
+        "I moved to Lisbon in May", "My build fails with ERR_CONNECTION_REFUSED",
+    )  # fmt: skip
+    assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["created"] == 2
+    again = _hippo(
+        cluster,
+        "remember",
+        "--user",
+        "alice",
+        "--session",
+        "s1",
+        "--client-id",
+        "m1",
+        "I moved to Lisbon in May",
+    )
+    assert "stored 0, already stored 1" in again.stdout
+
+    table = _hippo(cluster, "recall", "ERR_CONNECTION_REFUSED", "--user", "alice")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["#", "fused", "bm25", "vec", "date", "text"]
+    assert "ERR_CONNECTION_REFUSED" in lines[1]
+    as_json = _hippo(cluster, "recall", "Lisbon", "--user", "alice", "--mode", "lexical", "--json")
+    hits = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert hits[0]["client_id"] == "m1" and hits[0]["lexical_rank"] == 1
+    assert hits[0]["semantic_rank"] == 0 and "time" in hits[0]
+
+    forgot = _hippo(cluster, "forget", "--user", "alice", "--yes")
+    assert "erased 2 memories" in forgot.stdout
+    empty = _hippo(cluster, "recall", "Lisbon", "--user", "alice")
+    assert "no memories found" in empty.stdout
+
+
+def test_replay_a_locomo_file_then_batch_recall_and_reindex(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    sample = {
+        "sample_id": "demo-1",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a greyhound named Comet."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Congrats! Greyhounds are sweet."},
+            ],
+            "session_2_date_time": "9:00 am on 2 June, 2023",
+            "session_2": [
+                {
+                    "speaker": "Ben",
+                    "dia_id": "D2:1",
+                    "text": "Look what I baked!",
+                    "blip_caption": "a photo of a lemon tart",
+                },
+            ],
+        },
+        "qa": [
+            {
+                "question": "What pet did Ana adopt?",
+                "answer": "a greyhound",
+                "evidence": ["D1:1"],
+                "category": 4,
+            }
+        ],
+    }
+    data = tmp_path / "demo.json"
+    data.write_text(json.dumps([sample]))
+    first = _hippo(cluster, "replay", str(data))
+    assert first.returncode == 0, first.stderr
+    assert "3 turns of 1 conversations: 3 stored, 0 already stored" in first.stdout
+    again = _hippo(cluster, "replay", str(data))
+    assert "0 stored, 3 already stored" in again.stdout  # dia_ids are client ids
+
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        json.dumps({"user": "demo-1", "query": "What pet did Ana adopt?", "top_k": 2}) + "\n"
+        + json.dumps({"user": "demo-1", "query": "tart", "mode": "lexical"}) + "\n"
+    )  # fmt: skip
+    batch = _hippo(cluster, "recall", "--batch", str(queries))
+    assert batch.returncode == 0, batch.stderr
+    answers = [json.loads(line) for line in batch.stdout.splitlines()]
+    assert answers[0]["hits"][0]["client_id"] == "D1:1" and len(answers[0]["hits"]) <= 2
+    assert answers[0]["hits"][0]["time"].startswith("2023-05-08T13:56")
+    assert answers[1]["hits"][0]["client_id"] == "D2:1"  # found by its picture's caption
+
+    rebuilt = _hippo(cluster, "reindex")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "the new indexes are live" in rebuilt.stdout
+    after = _hippo(cluster, "recall", "--batch", str(queries))
+    assert [json.loads(x)["hits"][0]["client_id"] for x in after.stdout.splitlines()] == [
+        "D1:1",
+        "D2:1",
+    ]
+
+
+def test_cli_errors_are_readable(cluster: LocalCluster) -> None:
     result = _hippo(cluster, "embed", "x" * 9000)
     assert result.returncode == 2
     assert "INVALID_ARGUMENT: texts[0]: at most 8192 characters, got 9000" in result.stderr
+    bad = _hippo(cluster, "recall", "q", "--user", "no spaces allowed")
+    assert bad.returncode == 2
+    assert "INVALID_ARGUMENT: scope.user_id: may only hold [A-Za-z0-9._:@-]" in bad.stderr
+    wrong_key = _hippo({**cluster.env, "HIPPO_CLI_API_KEY": "nope"}, "recall", "q", "--user", "u")
+    assert wrong_key.returncode == 2 and "UNAUTHENTICATED: unknown API key" in wrong_key.stderr
 
 
 def test_health_fails_when_nothing_listens() -> None:

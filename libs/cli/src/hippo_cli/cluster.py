@@ -39,11 +39,16 @@ def local_cluster(
     env = dict(os.environ)
     addrs, metrics = {}, {}
     for spec in SERVICES:
-        port, metrics_port = free_port(), free_port()
-        env[f"{spec.env_prefix()}PORT"] = str(port)
-        env[f"{spec.env_prefix()}METRICS_PORT"] = str(metrics_port)
-        env[f"HIPPO_CLI_{spec.name.upper()}_ADDR"] = addrs[spec.name] = f"127.0.0.1:{port}"
-        metrics[spec.name] = f"http://127.0.0.1:{metrics_port}/metrics"
+        # Every port a service listens on (gRPC, metrics, and e.g. injection's HTTP API):
+        # two clusters, or a cluster beside `make run`, must never collide.
+        ports = {
+            name: free_port() for name in spec.settings_type().model_fields if name.endswith("port")
+        }
+        for name, number in ports.items():
+            env[f"{spec.env_prefix()}{name.upper()}"] = str(number)
+        addrs[spec.name] = f"127.0.0.1:{ports['port']}"
+        env[f"HIPPO_CLI_{spec.name.upper()}_ADDR"] = addrs[spec.name]
+        metrics[spec.name] = f"http://127.0.0.1:{ports['metrics_port']}/metrics"
     env["HIPPO_CLI_DATA_DIR"] = str(data_dir)
     env.update(extra_env or {})
     hippo = str(Path(sys.executable).parent / "hippo")

@@ -112,23 +112,27 @@ async def _wait_ready(item: Running, timeout: float, stopping: Callable[[], bool
     return ready.result()
 
 
-def _banner(running: list[Running]) -> None:
+def _banner(running: list[Running], settings: CliSettings) -> None:
     click.echo("\nHippo is up. Services:")
     for item in running:
         click.echo(
             f"  {item.spec.name:<11} grpc {item.addr:<17} metrics {item.metrics}  log {item.log}"
         )
-    first = running[0]
+    gateway = next(item.addr for item in running if item.spec.name == "gateway")
+    key = settings.api_key if "HIPPO_GATEWAY_API_KEYS" not in os.environ else "<your key>"
     click.echo(
         "\nTry it (in another terminal):\n"
         "  .venv/bin/hippo health\n"
-        '  .venv/bin/hippo embed "Hippo keeps memory outside the model"\n'
-        "\nor from Python with the generated stubs:\n"
-        "  import grpc, numpy as np\n"
-        "  from hippo.embedding.v1 import embedding_pb2 as pb, embedding_pb2_grpc as rpc\n"
-        f"  stub = rpc.EmbeddingServiceStub(grpc.insecure_channel('{first.addr}'))\n"
-        "  r = stub.Embed(pb.EmbedRequest(texts=['hello']), timeout=5)\n"
-        "  v = np.frombuffer(r.vectors, '<f4').reshape(r.count, r.dimension)\n"
+        '  .venv/bin/hippo remember --user alice --session s1 "I moved to Lisbon in May"\n'
+        '  .venv/bin/hippo recall "where does she live now?" --user alice\n'
+        "  .venv/bin/hippo replay ../shared/data/locomo-dev.json   # a LoCoMo-format file\n"
+        "\nor from Python with the generated stubs (the API key goes in the metadata):\n"
+        "  import grpc\n"
+        "  from hippo.memory.v1 import memory_pb2 as pb, memory_pb2_grpc as rpc\n"
+        f"  stub = rpc.MemoryServiceStub(grpc.insecure_channel('{gateway}'))\n"
+        "  r = stub.Recall(pb.RecallRequest(scope=pb.Scope(user_id='alice'), query='Lisbon'),\n"
+        f"                  metadata=[('x-api-key', '{key}')], timeout=5)\n"
+        "  print([(h.memory.text, round(h.fused_score, 3)) for h in r.hits])\n"
         "\nCtrl-C stops everything gracefully."
     )
 
@@ -166,7 +170,7 @@ def up(settings: CliSettings) -> int:
                 )
                 return 1
             click.echo(f" SERVING on {item.addr} ({time.monotonic() - started:.1f} s)")
-        _banner(running)
+        _banner(running, settings)
         while not stop["now"]:
             for item in running:
                 if item.process.poll() is not None:
