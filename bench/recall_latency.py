@@ -160,9 +160,12 @@ def main() -> int:
     base = np.concatenate([encoder.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
+    # The cache off: questions repeat across sizes and modes, and every Recall should pay
+    # for its query's embedding as a fresh question would.
+    no_cache = {"HIPPO_EMBEDDING_CACHE_ENTRIES": "0"}
     with (
         tempfile.TemporaryDirectory(prefix="hippo-latency-") as tmp,
-        local_cluster(Path(tmp)) as cluster,
+        local_cluster(Path(tmp), no_cache) as cluster,
     ):
         settings = CliSettings(gateway_addr=cluster.gateway, api_key=CliSettings().api_key)
         stored = 0

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qdrant_client import QdrantClient
 
 from hippo_core.errors import FailedPrecondition, InvalidArgument
-from hippo_retrieval.adapters.generations import LocalIndexSet
+from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
 from hippo_retrieval.domain.models import Mode, NewTurn, Role, Scope
 from hippo_retrieval.domain.retriever import FusionConfig
@@ -245,3 +246,43 @@ async def test_open_catches_up_what_the_indexes_missed(tmp_path: Path) -> None:
         assert set(hits[0].fused.ranks) == {"lexical", "semantic"}
     finally:
         again.close()
+
+
+async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
+    """The server path of the index generations (collections `<prefix>_g<n>`), run over
+    qdrant-client's local mode, which speaks the same client API as a server."""
+
+    class Shared(QdrantClient):
+        """Local mode locks its folder per client (a server has no such lock): every
+        generation shares this one, closed at the end of the test."""
+
+        def close(self, grpc_grace: float | None = None, **kwargs: object) -> None:
+            pass
+
+    shared = Shared(path=str(tmp_path / "qdrant"))
+    server = QdrantServer("http://unused", None, "turns", 5.0, connect=lambda: shared)
+    service = RetrievalService(
+        SqliteTurnStore(tmp_path / "turns.sqlite3"),
+        LocalIndexSet(tmp_path, dimension=DIM, server=server),
+        fusion=FusionConfig(),
+        projection=ProjectionConfig(),
+        limits=Limits(max_turns=64, dimension=DIM),
+        threads=2,
+    )
+    service.open()
+    try:
+        assert service.status().vector_backend == "qdrant"
+        t = turn("kept on the server", seed=4)
+        await service.write("t1", [t], wait_searchable=True, timeout=5.0)
+        hits = (await service.search(Scope("t1", "u1"), "server", unit(4), Mode.HYBRID, 5)).hits
+        assert [h.turn.memory_id for h in hits] == [t.memory_id]
+        assert set(hits[0].fused.ranks) == {"lexical", "semantic"}
+        [p async for p in service.reindex()]
+        assert service.status().generation == 2
+    finally:
+        service.close()
+    try:
+        names = {c.name for c in shared.get_collections().collections}
+    finally:
+        QdrantClient.close(shared)
+    assert names == {"turns_g2", "turns_g2_meta"}  # generation 1 was dropped

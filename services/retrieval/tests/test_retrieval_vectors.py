@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex, ShardLockedError
-from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex, from_url
+from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
+from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,
@@ -504,10 +505,13 @@ def test_concurrent_searches_and_applies(index: Index) -> None:
     assert index.applied_seq() == 110
 
 
-def test_from_url_fails_fast_when_no_server_answers() -> None:
+def test_a_server_that_does_not_answer_fails_fast(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        from_url("http://127.0.0.1:9", None, 0)
+        QdrantServer("http://127.0.0.1:9", None, "c", 0)
+    indexes = LocalIndexSet(
+        tmp_path, dimension=4, server=QdrantServer("http://127.0.0.1:9", None, "c", 1.0)
+    )
     started = time.monotonic()
     with pytest.raises(Exception):  # noqa: B017 - whatever the transport raises
-        from_url("http://127.0.0.1:9", None, 1.0)  # port 9 (discard): refused at once
+        indexes.open(1)  # port 9 (discard): refused at once
     assert time.monotonic() - started < 10

@@ -13,14 +13,16 @@ A missing CURRENT means generation 1, so a fresh data dir needs no setup.
 
 from __future__ import annotations
 
+import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from qdrant_client import QdrantClient
 
-from hippo_retrieval.adapters import qdrant_vectors
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
 from hippo_retrieval.adapters.files import write_atomic
+from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
 
@@ -28,13 +30,38 @@ CURRENT = "CURRENT"
 
 
 class QdrantServer:
-    """Where server-side collections are: URL, key, name prefix, timeout."""
+    """Where server-side collections are: URL, key, name prefix, timeout. `connect` makes
+    a client (tests pass one that opens qdrant-client's local mode instead)."""
 
-    def __init__(self, url: str, api_key: str | None, collection: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        collection: str,
+        timeout_s: float,
+        connect: Callable[[], QdrantClient] | None = None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
         self.url = url
         self.api_key = api_key
         self.collection = collection
         self.timeout_s = timeout_s
+        self._connect = connect
+
+    def client(self) -> QdrantClient:
+        if self._connect is not None:
+            return self._connect()
+        return QdrantClient(
+            url=self.url,
+            api_key=self.api_key,
+            timeout=max(1, math.ceil(self.timeout_s)),  # the client takes whole seconds
+        )
+
+    @property
+    def concurrent_searches(self) -> bool:
+        """Server clients are thread-safe; qdrant-client's local mode is not."""
+        return self._connect is None
 
     def name(self, generation: int) -> str:
         return f"{self.collection}_g{generation}"
@@ -80,13 +107,17 @@ class LocalIndexSet:
             if self._server is None:
                 vectors = EdgeVectorIndex(folder / "vectors", self._dimension)
             else:
-                vectors = qdrant_vectors.from_url(
-                    self._server.url,
-                    self._server.api_key,
-                    self._server.timeout_s,
-                    collection=self._server.name(generation),
-                    dimension=self._dimension,
-                )
+                client = self._server.client()
+                try:
+                    vectors = QdrantVectorIndex(
+                        client,
+                        collection=self._server.name(generation),
+                        dimension=self._dimension,
+                        concurrent_searches=self._server.concurrent_searches,
+                    )
+                except BaseException:
+                    client.close()
+                    raise
         except BaseException:
             lexical.close()
             raise
@@ -98,7 +129,7 @@ class LocalIndexSet:
             shutil.rmtree(folder)
         if self._server is not None:
             name = self._server.name(generation)
-            client = QdrantClient(url=self._server.url, api_key=self._server.api_key)
+            client = self._server.client()
             try:
                 for collection in (name, f"{name}_meta"):
                     if client.collection_exists(collection):

@@ -30,7 +30,6 @@ for a server, never a store.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -63,7 +62,7 @@ class QdrantVectorIndex:
 
     Takes ownership of `client`: `close()` closes it. Writes always hold the lock.
     `concurrent_searches=True` lets searches run outside it, which is right for a server
-    client (HTTP and gRPC clients are thread-safe; `from_url` sets it) but not for
+    client (HTTP and gRPC clients are thread-safe; generations.QdrantServer sets it) but not for
     qdrant-client's local mode, where a search racing an upsert raises IndexError inside
     the client; hence the safe default False."""
 
@@ -282,30 +281,3 @@ def scope_filter(scope: Scope) -> models.Filter:
             models.FieldCondition(key=TIME, range=models.Range(gte=scope.start_us, lt=scope.end_us))
         )
     return models.Filter(must=must)
-
-
-def from_url(
-    url: str,
-    api_key: str | None,
-    timeout_s: float,
-    *,
-    collection: str = "hippo_turns",
-    dimension: int = 384,
-    prefer_grpc: bool = False,
-) -> QdrantVectorIndex:
-    """A `QdrantVectorIndex` on the server at `url` (e.g. "http://qdrant:6333")."""
-    if timeout_s <= 0:
-        raise ValueError("timeout_s must be positive")
-    client = QdrantClient(
-        url=url,
-        api_key=api_key,
-        timeout=max(1, math.ceil(timeout_s)),  # the client takes whole seconds
-        prefer_grpc=prefer_grpc,
-    )
-    try:
-        return QdrantVectorIndex(
-            client, collection=collection, dimension=dimension, concurrent_searches=True
-        )
-    except BaseException:
-        client.close()
-        raise
