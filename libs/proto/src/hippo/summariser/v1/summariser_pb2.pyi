@@ -1,0 +1,116 @@
+from hippo.memory.v1 import memory_pb2 as _memory_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SessionTurn(_message.Message):
+    __slots__ = ("memory_id", "role", "text", "time_us", "speaker", "tokens")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    role: _memory_pb2.Role
+    text: str
+    time_us: int
+    speaker: str
+    tokens: int
+    def __init__(self, memory_id: _Optional[str] = ..., role: _Optional[_Union[_memory_pb2.Role, str]] = ..., text: _Optional[str] = ..., time_us: _Optional[int] = ..., speaker: _Optional[str] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id", "turns")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    turns: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("version", "appended", "merge_pending")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    MERGE_PENDING_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    appended: int
+    merge_pending: bool
+    def __init__(self, version: _Optional[int] = ..., appended: _Optional[int] = ..., merge_pending: _Optional[bool] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("window", "summary", "version", "window_tokens", "summary_tokens", "turns_total", "updated_us", "merge_pending", "window_budget")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_US_FIELD_NUMBER: _ClassVar[int]
+    MERGE_PENDING_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    window: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    summary: str
+    version: int
+    window_tokens: int
+    summary_tokens: int
+    turns_total: int
+    updated_us: int
+    merge_pending: bool
+    window_budget: int
+    def __init__(self, window: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ..., window_tokens: _Optional[int] = ..., summary_tokens: _Optional[int] = ..., turns_total: _Optional[int] = ..., updated_us: _Optional[int] = ..., merge_pending: _Optional[bool] = ..., window_budget: _Optional[int] = ...) -> None: ...
+
+class ForgetRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id", "memory_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    memory_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ForgetResponse(_message.Message):
+    __slots__ = ("sessions_deleted", "turns_removed", "summaries_erased")
+    SESSIONS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    TURNS_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_ERASED_FIELD_NUMBER: _ClassVar[int]
+    sessions_deleted: int
+    turns_removed: int
+    summaries_erased: int
+    def __init__(self, sessions_deleted: _Optional[int] = ..., turns_removed: _Optional[int] = ..., summaries_erased: _Optional[int] = ...) -> None: ...
+
+class FlushRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class FlushResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: GetSessionResponse
+    def __init__(self, session: _Optional[_Union[GetSessionResponse, _Mapping]] = ...) -> None: ...
