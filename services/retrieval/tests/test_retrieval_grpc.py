@@ -168,6 +168,24 @@ def test_bad_requests_get_invalid_argument_naming_the_field(stub) -> None:  # ty
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "top_k" in err.value.details()
 
 
+def test_get_returns_records_in_order_inside_the_scope(stub) -> None:  # type: ignore[no-untyped-def]
+    turns = [new_turn(f"get me {i}", 40 + i, user="u7") for i in range(3)]
+    stub.Write(retrieval_pb2.WriteRequest(tenant="acme", turns=turns), timeout=5)
+    ids = [turns[2].memory_id, "absent", turns[0].memory_id]
+    reply = stub.Get(
+        retrieval_pb2.GetRequest(tenant="acme", user_id="u7", memory_ids=ids), timeout=5
+    )
+    assert [r.text for r in reply.records] == ["get me 2", "get me 0"]
+    other = stub.Get(
+        retrieval_pb2.GetRequest(tenant="acme", user_id="u1", memory_ids=ids), timeout=5
+    )
+    assert list(other.records) == []  # another user's ids are absent, not an error
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Get(retrieval_pb2.GetRequest(tenant="acme", user_id="u7"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "memory_ids: must hold 1..1000" in err.value.details()
+
+
 def test_delete_and_status(stub) -> None:  # type: ignore[no-untyped-def]
     turns = [new_turn(f"gone-{i} canary", 10 + i, user="u9", session=f"s{i % 2}") for i in range(4)]
     stub.Write(

@@ -47,6 +47,12 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         )
         return convert.search_response(result)
 
+    async def Get(
+        self, request: retrieval_pb2.GetRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.GetResponse:
+        turns = await self._domain().get(request.tenant, request.user_id, list(request.memory_ids))
+        return retrieval_pb2.GetResponse(records=[convert.record(t) for t in turns])
+
     async def Delete(
         self, request: retrieval_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.DeleteResponse:

@@ -192,6 +192,15 @@ class RetrievalService:
         metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)
         return result
 
+    async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
+        require("tenant", tenant)
+        require("user_id", user)
+        if not 1 <= len(memory_ids) <= self._limits.max_get:
+            raise InvalidArgument(
+                "memory_ids", f"must hold 1..{self._limits.max_get} ids, got {len(memory_ids)}"
+            )
+        return await self._run(self._store.get, tenant, user, memory_ids)
+
     async def delete(
         self,
         tenant: str,

@@ -23,6 +23,7 @@ class Limits:
     max_turns: int = 1024
     dimension: int = 384
     max_memory_ids: int = 10_000
+    max_get: int = 1000
 
 
 def require(field: str, value: str) -> None:

@@ -31,6 +31,7 @@ class ContextLayout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTEXT_LAYOUT_UNSPECIFIED: _ClassVar[ContextLayout]
     CONTEXT_LAYOUT_BOUNDARY_WEIGHTED: _ClassVar[ContextLayout]
     CONTEXT_LAYOUT_CHRONOLOGICAL: _ClassVar[ContextLayout]
+    CONTEXT_LAYOUT_SUMMARY_IN_SYSTEM: _ClassVar[ContextLayout]
 
 class ZoneKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +68,7 @@ RECALL_MODE_SEMANTIC: RecallMode
 CONTEXT_LAYOUT_UNSPECIFIED: ContextLayout
 CONTEXT_LAYOUT_BOUNDARY_WEIGHTED: ContextLayout
 CONTEXT_LAYOUT_CHRONOLOGICAL: ContextLayout
+CONTEXT_LAYOUT_SUMMARY_IN_SYSTEM: ContextLayout
 ZONE_KIND_UNSPECIFIED: ZoneKind
 ZONE_KIND_SYSTEM: ZoneKind
 ZONE_KIND_MEMORIES: ZoneKind

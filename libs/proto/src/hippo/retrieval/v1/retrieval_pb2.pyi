@@ -90,6 +90,22 @@ class SearchResponse(_message.Message):
     semantic_candidates: int
     def __init__(self, hits: _Optional[_Iterable[_Union[_memory_pb2.Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ...) -> None: ...
 
+class GetRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "memory_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    memory_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_memory_pb2.MemoryRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "session_id", "memory_ids")
     TENANT_FIELD_NUMBER: _ClassVar[int]

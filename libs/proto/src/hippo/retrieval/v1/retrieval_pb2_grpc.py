@@ -45,6 +45,11 @@ class RetrievalServiceStub:
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.SerializeToString,
                 response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.FromString,
                 _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/hippo.retrieval.v1.RetrievalService/Get',
+                request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.SerializeToString,
+                response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/hippo.retrieval.v1.RetrievalService/Delete',
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteRequest.SerializeToString,
@@ -76,6 +81,13 @@ class RetrievalServiceServicer:
 
     def Search(self, request, context):
         """Search runs BM25 and/or vector search inside the scope and fuses them with RRF.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Get returns stored turns by id, inside the tenant and user; missing ids are skipped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +129,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.FromString,
                     response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.FromString,
+                    response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -189,6 +206,33 @@ class RetrievalService:
             '/hippo.retrieval.v1.RetrievalService/Search',
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.SerializeToString,
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.retrieval.v1.RetrievalService/Get',
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.SerializeToString,
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.FromString,
             options,
             channel_credentials,
             insecure,
