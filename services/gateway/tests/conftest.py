@@ -36,6 +36,7 @@ def gateway_process(embedding: str, retrieval: str) -> AbstractContextManager[Se
         "HIPPO_GATEWAY_EMBEDDING_ADDR": embedding,
         "HIPPO_GATEWAY_RETRIEVAL_ADDR": retrieval,
         "HIPPO_GATEWAY_CLIENT__TIMEOUT_SECONDS": "5",
+        "HIPPO_GATEWAY_SUMMARISER_ADDR": "",  # recall tests: no bounded sessions
     }
     return service_process("hippo_gateway", "HIPPO_GATEWAY_", env)
 

@@ -79,11 +79,18 @@ def _peer_addresses(started: Running) -> dict[str, str]:
     """Tell every later service where `started` listens (`HIPPO_<SVC>_<PEER>_ADDR`), unless
     the operator set that address explicitly."""
     out = {}
+    settings = started.spec.settings()
+    # A service with an HTTP API next to gRPC (the LLM host's TGI API) is what later
+    # services' `llm_url` points at.
+    http_port = getattr(settings, "http_port", None)
     for spec in SERVICES:
-        field = f"{started.spec.name}_addr"
-        name = f"{spec.env_prefix()}{field.upper()}"
-        if field in spec.settings_type().model_fields and name not in os.environ:
+        fields = spec.settings_type().model_fields
+        name = f"{spec.env_prefix()}{started.spec.name.upper()}_ADDR"
+        if f"{started.spec.name}_addr" in fields and name not in os.environ:
             out[name] = started.addr
+        url = f"{spec.env_prefix()}LLM_URL"
+        if http_port and "llm_url" in fields and url not in os.environ:
+            out[url] = f"http://{settings.host}:{http_port}"
     return out
 
 

@@ -8,9 +8,15 @@ from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core import client
 from hippo_core.server.app import Service, run
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder
+from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
+from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
+from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
 from hippo_gateway.domain.auth import Authenticator
+from hippo_gateway.domain.chat import ChatService
+from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.memory import MemoryService
+from hippo_gateway.domain.ports import Sessions
 from hippo_gateway.servicer import MemoryServicer
 from hippo_gateway.settings import GatewaySettings
 
@@ -34,13 +40,32 @@ def build(settings: GatewaySettings) -> Service:
         # Channels are made here, inside the server's event loop (aio channels bind to it).
         # Peers get messages as large as our own callers may send (a full Remember is
         # 64 turns of 32 KiB: over gRPC's 1 MiB default).
-        size = settings.max_message_bytes
-        embedding = client.channel(settings.embedding_addr, settings.client, max_message_bytes=size)
-        retrieval = client.channel(settings.retrieval_addr, settings.client, max_message_bytes=size)
-        channels.extend([embedding, retrieval])
+        def peer(addr: str) -> grpc.aio.Channel:
+            channel = client.channel(
+                addr, settings.client, max_message_bytes=settings.max_message_bytes
+            )
+            channels.append(channel)
+            return channel
+
+        embedding, retrieval = peer(settings.embedding_addr), peer(settings.retrieval_addr)
+        injection = peer(settings.injection_addr)
+        sessions: Sessions = NoSessions()
+        if settings.summariser_addr:
+            sessions = GrpcSessions(peer(settings.summariser_addr))
         embedder = GrpcEmbedder(embedding)
         await embedder.connect(timeout=settings.peer_wait_seconds)
-        servicer.service = MemoryService(embedder, GrpcTurnStore(retrieval))
+        memory = MemoryService(embedder, GrpcTurnStore(retrieval), sessions=sessions)
+        builder = ContextBuilder(
+            memory,
+            sessions,
+            GrpcTokenizer(injection),
+            ContextConfig(settings.system_prompt, settings.default_token_budget),
+        )
+        servicer.chat = ChatService(
+            memory, builder, TgiLlm(settings.llm_url, settings.llm_timeout_seconds)
+        )
+        servicer.context = builder
+        servicer.service = memory
 
     async def close() -> None:
         for channel in channels:

@@ -6,19 +6,28 @@ from google.protobuf import timestamp_pb2
 
 from hippo.memory.v1 import memory_pb2
 from hippo.retrieval.v1 import retrieval_pb2
+from hippo.summariser.v1 import summariser_pb2
 from hippo_core.errors import InvalidArgument
+from hippo_gateway.domain.chat import ChatEvent, Influence, Started, Token
 from hippo_gateway.domain.memory import ForgetTarget
 from hippo_gateway.domain.models import (
+    BuiltContext,
+    ChatRole,
     Forgotten,
+    Generation,
     Hit,
+    Layout,
     Memory,
     Mode,
     Recalled,
     RecallQuery,
     Remembered,
     Role,
+    SessionState,
+    SessionTurn,
     TurnIn,
     TurnToStore,
+    ZoneKind,
 )
 from hippo_gateway.domain.validation import DEFAULT_TOP_K, MAX_ROLES
 
@@ -214,3 +223,154 @@ def search_request(tenant: str, q: RecallQuery, vector: bytes) -> retrieval_pb2.
     if q.end_us is not None:
         request.end_us = q.end_us
     return request
+
+
+# -- sessions, context and chat ------------------------------------------------------------
+
+_LAYOUTS = {
+    memory_pb2.CONTEXT_LAYOUT_UNSPECIFIED: Layout.BOUNDARY_WEIGHTED,
+    memory_pb2.CONTEXT_LAYOUT_BOUNDARY_WEIGHTED: Layout.BOUNDARY_WEIGHTED,
+    memory_pb2.CONTEXT_LAYOUT_CHRONOLOGICAL: Layout.CHRONOLOGICAL,
+    memory_pb2.CONTEXT_LAYOUT_SUMMARY_IN_SYSTEM: Layout.SUMMARY_IN_SYSTEM,
+}
+_ZONES = {
+    ZoneKind.SYSTEM: memory_pb2.ZONE_KIND_SYSTEM,
+    ZoneKind.MEMORIES: memory_pb2.ZONE_KIND_MEMORIES,
+    ZoneKind.SUMMARY: memory_pb2.ZONE_KIND_SUMMARY,
+    ZoneKind.WINDOW: memory_pb2.ZONE_KIND_WINDOW,
+    ZoneKind.QUERY: memory_pb2.ZONE_KIND_QUERY,
+}
+_CHAT_ROLES = {
+    ChatRole.SYSTEM: memory_pb2.ROLE_SYSTEM,
+    ChatRole.USER: memory_pb2.ROLE_USER,
+    ChatRole.ASSISTANT: memory_pb2.ROLE_ASSISTANT,
+}
+_INFLUENCE = {
+    memory_pb2.INFLUENCE_MODE_UNSPECIFIED: Influence.DEFAULT,
+    memory_pb2.INFLUENCE_MODE_OFF: Influence.OFF,
+    memory_pb2.INFLUENCE_MODE_DISCLOSE_ONLY: Influence.DISCLOSE_ONLY,
+    memory_pb2.INFLUENCE_MODE_ON: Influence.ON,
+}
+
+
+def layout(value: int) -> Layout:
+    if value not in _LAYOUTS:
+        raise InvalidArgument("layout", f"unknown context layout {value}")
+    return _LAYOUTS[value]  # type: ignore[index]
+
+
+def influence(value: int) -> str:
+    if value not in _INFLUENCE:
+        raise InvalidArgument("influence", f"unknown influence mode {value}")
+    return _INFLUENCE[value]  # type: ignore[index]
+
+
+def generation(params: memory_pb2.GenerationParameters) -> Generation:
+    return Generation(
+        max_new_tokens=params.max_new_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        seed=params.seed,
+        stop=tuple(params.stop),
+    )
+
+
+def session_turn_pb(t: SessionTurn) -> summariser_pb2.SessionTurn:
+    return summariser_pb2.SessionTurn(
+        memory_id=t.memory_id,
+        role=ROLE_PB[t.role],
+        text=t.text,
+        time_us=t.time_us,
+        speaker=t.speaker,
+    )
+
+
+def session_state(r: summariser_pb2.GetSessionResponse) -> SessionState:
+    return SessionState(
+        window=[
+            SessionTurn(t.memory_id, _ROLES[t.role], t.text, t.time_us, t.speaker) for t in r.window
+        ],
+        summary=r.summary,
+        version=r.version,
+        window_tokens=r.window_tokens,
+        summary_tokens=r.summary_tokens,
+        turns_total=r.turns_total,
+        updated_us=r.updated_us,
+    )
+
+
+def token_counts(ctx: BuiltContext) -> memory_pb2.TokenCounts:
+    return memory_pb2.TokenCounts(
+        budget=ctx.budget,
+        total=ctx.total_tokens,
+        system=ctx.zone_tokens(ZoneKind.SYSTEM),
+        memories=ctx.zone_tokens(ZoneKind.MEMORIES),
+        summary=ctx.zone_tokens(ZoneKind.SUMMARY),
+        window=ctx.zone_tokens(ZoneKind.WINDOW),
+        query=ctx.zone_tokens(ZoneKind.QUERY),
+    )
+
+
+def build_context_response(
+    ctx: BuiltContext, note: str, audit_seq: int
+) -> memory_pb2.BuildContextResponse:
+    return memory_pb2.BuildContextResponse(
+        messages=[
+            memory_pb2.ChatMessage(role=_CHAT_ROLES[m.role], text=m.text) for m in ctx.messages
+        ],
+        zones=[
+            memory_pb2.ContextZone(
+                kind=_ZONES[z.kind], text=z.text, tokens=z.tokens, memory_ids=z.memory_ids
+            )
+            for z in ctx.zones
+        ],
+        tokens=token_counts(ctx),
+        memory_ids_used=[h.memory.memory_id for h in ctx.memories_used],
+        summary=ctx.summary,
+        disclosure_note=note,
+        prompt=ctx.prompt,
+        audit_seq=audit_seq,
+    )
+
+
+def chat_response(event: ChatEvent, note: str = "", audit_seq: int = 0) -> memory_pb2.ChatResponse:
+    if isinstance(event, Started):
+        ctx = event.context
+        return memory_pb2.ChatResponse(
+            start=memory_pb2.ChatStart(
+                memory_ids_used=[h.memory.memory_id for h in ctx.memories_used],
+                disclosure_note=note,
+                tokens=token_counts(ctx),
+            )
+        )
+    if isinstance(event, Token):
+        return memory_pb2.ChatResponse(
+            token=memory_pb2.ChatToken(text=event.text, index=event.index)
+        )
+    return memory_pb2.ChatResponse(
+        end=memory_pb2.ChatEnd(
+            finish_reason=event.finish_reason,
+            generated_tokens=event.generated_tokens,
+            user_memory_id=event.user_memory_id,
+            assistant_memory_id=event.assistant_memory_id,
+            audit_seq=audit_seq,
+        )
+    )
+
+
+def get_session_response(
+    state: SessionState, records: list[Memory]
+) -> memory_pb2.GetSessionResponse:
+    by_id = {m.memory_id: m for m in records}
+    out = memory_pb2.GetSessionResponse(
+        window=[record(by_id[t.memory_id]) for t in state.window if t.memory_id in by_id],
+        summary=state.summary,
+        version=state.version,
+        window_tokens=state.window_tokens,
+        summary_tokens=state.summary_tokens,
+        turns_total=state.turns_total,
+    )
+    if state.updated_us:
+        out.updated.FromMicroseconds(state.updated_us)
+    return out

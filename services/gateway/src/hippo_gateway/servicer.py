@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.errors import Unavailable, Unimplemented
 from hippo_gateway import convert
 from hippo_gateway.domain.auth import Authenticator
+from hippo_gateway.domain.chat import ChatService
+from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
 
 
@@ -18,11 +22,23 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, auth: Authenticator) -> None:
         self._auth = auth
         self.service: MemoryService | None = None
+        self.context: ContextBuilder | None = None
+        self.chat: ChatService | None = None
 
     def _domain(self) -> MemoryService:
         if self.service is None:
             raise Unavailable("the gateway is still connecting to its peers; retry shortly")
         return self.service
+
+    def _context(self) -> ContextBuilder:
+        if self.context is None:
+            raise Unavailable("the gateway is still connecting to its peers; retry shortly")
+        return self.context
+
+    def _chat(self) -> ChatService:
+        if self.chat is None:
+            raise Unavailable("the gateway is still connecting to its peers; retry shortly")
+        return self.chat
 
     async def Remember(
         self, request: memory_pb2.RememberRequest, context: grpc.aio.ServicerContext
@@ -52,19 +68,48 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         result = await self._domain().forget(tenant, convert.forget_target(request))
         return convert.forget_response(result)
 
-    # Not served yet: they arrive with the summariser, the LLM host and the audit log.
-    async def BuildContext(self, request: object, context: grpc.aio.ServicerContext) -> None:
-        self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("BuildContext is not served by this deployment yet")
+    async def BuildContext(
+        self, request: memory_pb2.BuildContextRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.BuildContextResponse:
+        tenant = self._auth.tenant(context.invocation_metadata())
+        built = await self._context().build(
+            tenant,
+            request.scope.user_id,
+            request.scope.session_id,
+            request.query,
+            budget=request.token_budget,
+            layout=convert.layout(request.layout),
+            mode=convert.mode(request.mode),
+            top_k=request.top_k,
+        )
+        return convert.build_context_response(built, note="", audit_seq=0)
 
-    async def Chat(self, request: object, context: grpc.aio.ServicerContext) -> None:
-        self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("Chat is not served by this deployment yet")
+    async def Chat(
+        self, request: memory_pb2.ChatRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[memory_pb2.ChatResponse]:
+        tenant = self._auth.tenant(context.invocation_metadata())
+        events = self._chat().chat(
+            tenant,
+            request.scope.user_id,
+            request.scope.session_id,
+            request.message,
+            budget=request.token_budget,
+            params=convert.generation(request.params),
+            influence=convert.influence(request.influence),
+        )
+        async for event in events:
+            yield convert.chat_response(event)
 
-    async def GetSession(self, request: object, context: grpc.aio.ServicerContext) -> None:
-        self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("GetSession is not served by this deployment yet")
+    async def GetSession(
+        self, request: memory_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.GetSessionResponse:
+        tenant = self._auth.tenant(context.invocation_metadata())
+        state, records = await self._domain().session_view(
+            tenant, request.scope.user_id, request.scope.session_id
+        )
+        return convert.get_session_response(state, records)
 
+    # Not served yet: they arrive with the audit log.
     async def VerifyAudit(self, request: object, context: grpc.aio.ServicerContext) -> None:
         self._auth.tenant(context.invocation_metadata())
         raise Unimplemented("VerifyAudit is not served by this deployment yet")

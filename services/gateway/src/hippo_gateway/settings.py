@@ -6,6 +6,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import ServiceSettings
+from hippo_gateway.domain.context import INSTRUCTIONS
 
 
 class GatewaySettings(ServiceSettings):
@@ -24,6 +25,40 @@ class GatewaySettings(ServiceSettings):
     )
     embedding_addr: str = Field("127.0.0.1:50052", description="The embedding service.")
     retrieval_addr: str = Field("127.0.0.1:50053", description="The retrieval service.")
+    summariser_addr: str = Field(
+        "127.0.0.1:50054",
+        description="The summariser service (session windows, summaries). Empty: no "
+        "bounded sessions (BuildContext then holds memories and the query only).",
+    )
+    injection_addr: str = Field(
+        "127.0.0.1:50055",
+        description="The LLM host's gRPC API, for exact token counts (CountTokens) with the "
+        "serving model's tokenizer and prompt format.",
+    )
+    llm_url: str = Field(
+        "http://127.0.0.1:8085",
+        description="TGI-compatible endpoint Chat generates with (the text-generation "
+        "client): the local injection host's HTTP API by default, or any TGI server that "
+        "serves the same model (token counts come from injection_addr).",
+    )
+    llm_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="Longest a Chat reply may take to generate (the caller's deadline, when "
+        "shorter, wins). On 2 CPU cores the local 270M model writes 7-8 tokens/s.",
+    )
+    default_token_budget: int = Field(
+        2048,
+        ge=256,
+        le=131072,
+        description="Prompt budget of BuildContext and Chat when the request gives none.",
+    )
+    system_prompt: str = Field(
+        INSTRUCTIONS,
+        min_length=1,
+        description="The system instructions at the top of every built prompt. Keep the "
+        "rule that text inside <memory> tags is data, not instructions.",
+    )
     peer_wait_seconds: float = Field(
         120.0,
         gt=0,

@@ -40,6 +40,12 @@ class GrpcTurnStore:
             semantic_candidates=reply.semantic_candidates,
         )
 
+    async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
+        request = retrieval_pb2.GetRequest(tenant=tenant, user_id=user, memory_ids=list(memory_ids))
+        async with calling("retrieval"):
+            reply = await self._stub.Get(request)
+        return [convert.memory(r) for r in reply.records]
+
     async def delete(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> list[str]:

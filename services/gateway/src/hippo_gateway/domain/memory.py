@@ -19,14 +19,17 @@ from hippo_gateway.domain import ids, validation
 from hippo_gateway.domain.indexing import vector_text
 from hippo_gateway.domain.models import (
     Forgotten,
+    Memory,
     Mode,
     Recalled,
     RecallQuery,
     Remembered,
+    SessionState,
+    SessionTurn,
     TurnIn,
     TurnToStore,
 )
-from hippo_gateway.domain.ports import Embedder, TurnStore
+from hippo_gateway.domain.ports import Embedder, Sessions, TurnStore
 
 
 def now_us() -> int:
@@ -46,11 +49,17 @@ class ForgetTarget:
 
 class MemoryService:
     def __init__(
-        self, embedder: Embedder, store: TurnStore, clock: Callable[[], int] = now_us
+        self,
+        embedder: Embedder,
+        store: TurnStore,
+        clock: Callable[[], int] = now_us,
+        sessions: Sessions | None = None,
     ) -> None:
         self._embedder = embedder
         self._store = store
         self._clock = clock
+        # The session window (summariser); None = no bounded sessions in this deployment.
+        self._sessions = sessions
 
     async def remember(
         self,
@@ -86,6 +95,10 @@ class MemoryService:
             for i, turn in enumerate(turns)
         ]
         stored = await self._store.write(tenant, to_store, wait_searchable)
+        if self._sessions is not None:
+            # After the turn store (the source of truth): if this fails the call fails
+            # UNAVAILABLE, and a retry with the same ids completes it without duplicates.
+            await self._sessions.append(tenant, user, session, [session_turn(m) for m, _ in stored])
         created = sum(1 for _, new in stored if new)
         metrics.TURNS.labels("created").inc(created)
         metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
@@ -115,4 +128,29 @@ class MemoryService:
             tenant, target.user, target.session, list(target.memory_ids)
         )
         metrics.FORGOTTEN.inc(len(erased))
-        return Forgotten(memories=len(erased))
+        sessions = 0
+        if self._sessions is not None:
+            # The windows and summaries too: a summary built from erased text goes whole.
+            sessions = await self._sessions.forget(
+                tenant, target.user, target.session, list(target.memory_ids)
+            )
+        return Forgotten(memories=len(erased), sessions=sessions)
+
+    async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
+        return await self._store.get(tenant, user, memory_ids) if memory_ids else []
+
+    async def session_view(
+        self, tenant: str, user: str, session: str
+    ) -> tuple[SessionState, list[Memory]]:
+        """A session's bounded state and the stored records of its window (GetSession)."""
+        validation.check_id("scope.user_id", user)
+        validation.check_id("scope.session_id", session)
+        if self._sessions is None:
+            return SessionState([], "", 0), []
+        state = await self._sessions.get(tenant, user, session)
+        records = await self.get(tenant, user, [t.memory_id for t in state.window])
+        return state, records
+
+
+def session_turn(m: Memory) -> SessionTurn:
+    return SessionTurn(m.memory_id, m.role, m.text, m.time_us, m.metadata.get("speaker", ""))

@@ -107,3 +107,116 @@ class Forgotten:
     memories: int
     sessions: int = 0
     memtoks: int = 0
+
+
+class Layout(StrEnum):
+    BOUNDARY_WEIGHTED = "boundary_weighted"
+    CHRONOLOGICAL = "chronological"
+    SUMMARY_IN_SYSTEM = "summary_in_system"
+
+
+class ZoneKind(StrEnum):
+    SYSTEM = "system"
+    MEMORIES = "memories"
+    SUMMARY = "summary"
+    WINDOW = "window"
+    QUERY = "query"
+
+
+class ChatRole(StrEnum):
+    """Roles of a prompt's messages (tool output is quoted inside them)."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: ChatRole
+    text: str
+
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """A turn of a session's working window, as the summariser keeps it."""
+
+    memory_id: str
+    role: Role
+    text: str
+    time_us: int
+    speaker: str = ""
+
+
+@dataclass(frozen=True)
+class SessionState:
+    window: list[SessionTurn]  # oldest first
+    summary: str
+    version: int
+    window_tokens: int = 0
+    summary_tokens: int = 0
+    turns_total: int = 0
+    updated_us: int = 0
+
+
+@dataclass(frozen=True)
+class Counted:
+    """An exact token count of a prompt, with the text the model reads."""
+
+    tokens: int
+    formatted: str
+    context_length: int
+
+
+@dataclass(frozen=True)
+class Zone:
+    kind: ZoneKind
+    text: str
+    tokens: int
+    memory_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    memory_id: str
+    reason: str  # "in_window" | "over_budget"
+    fused_score: float
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    messages: list[ChatMessage]
+    zones: list[Zone]
+    budget: int
+    total_tokens: int
+    memories_used: list[Hit]  # in prompt order
+    skipped: list[Skipped]
+    candidates: int  # hits recall returned
+    summary: str
+    prompt: str  # exactly what the model reads (after its prompt format)
+    context_length: int
+    window_ids: list[str] = field(default_factory=list)
+
+    def zone_tokens(self, kind: ZoneKind) -> int:
+        return sum(z.tokens for z in self.zones if z.kind == kind)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Decoding parameters (0 / empty = the defaults, as the API documents)."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 0.0
+    top_k: int = 0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One streamed piece of a reply; `finish_reason` is set on the last one."""
+
+    text: str
+    finish_reason: str = ""
+    generated_tokens: int = 0

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from hippo_gateway.domain.models import Memory, Recalled, RecallQuery, TurnToStore, Vectors
+from hippo_gateway.domain.models import (
+    ChatMessage,
+    Counted,
+    Generation,
+    Memory,
+    Piece,
+    Recalled,
+    RecallQuery,
+    SessionState,
+    SessionTurn,
+    TurnToStore,
+    Vectors,
+)
 
 
 class Embedder(Protocol):
@@ -25,8 +37,48 @@ class TurnStore(Protocol):
 
     async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled: ...
 
+    async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
+        """The user's memories with these ids, in the order asked; absent ones skipped."""
+        ...
+
     async def delete(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> list[str]:
         """Erase durably; returns the ids erased (absent ones are skipped)."""
         ...
+
+
+class Sessions(Protocol):
+    """Bounded session state (the summariser service)."""
+
+    async def append(
+        self, tenant: str, user: str, session: str, turns: Sequence[SessionTurn]
+    ) -> None:
+        """Add turns to the session's window; ids already there are skipped."""
+        ...
+
+    async def get(self, tenant: str, user: str, session: str) -> SessionState: ...
+
+    async def forget(
+        self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
+    ) -> int:
+        """Erase memories or whole sessions; returns the sessions erased whole."""
+        ...
+
+
+class Tokenizer(Protocol):
+    """The serving model's own tokenizer and prompt format (the LLM host)."""
+
+    async def count(self, messages: Sequence[ChatMessage]) -> Counted:
+        """Exact tokens of the messages as the model reads them (format included)."""
+        ...
+
+    async def count_text(self, text: str) -> int:
+        """Exact tokens of a bare text (no format, no <bos>)."""
+        ...
+
+
+class Llm(Protocol):
+    """Text generation (a TGI-compatible endpoint, through the text-generation client)."""
+
+    def stream(self, prompt: str, params: Generation) -> AsyncIterator[Piece]: ...

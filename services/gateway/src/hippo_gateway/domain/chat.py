@@ -1,0 +1,134 @@
+"""Chat: BuildContext, then a streamed reply from the served model; the exchange is
+remembered once the reply is complete.
+
+The reply streams as the model makes it. Only when generation has finished is the
+exchange (the user's message and the whole reply) written, in one Remember: a cancelled
+or failed stream stores nothing, so a session never holds half a reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from hippo_core.errors import InvalidArgument, Unimplemented
+from hippo_gateway.domain import validation
+from hippo_gateway.domain.context import ContextBuilder
+from hippo_gateway.domain.memory import MemoryService
+from hippo_gateway.domain.models import BuiltContext, Generation, Role, TurnIn
+from hippo_gateway.domain.ports import Llm
+
+MAX_NEW_TOKENS = 2048
+DEFAULT_NEW_TOKENS = 256
+MAX_STOP = 4
+MAX_STOP_BYTES = 64
+DEFAULTS = Generation()
+
+
+class Influence:
+    """The public InfluenceMode values, as the domain reads them."""
+
+    DEFAULT, OFF, DISCLOSE_ONLY, ON = "default", "off", "disclose_only", "on"
+
+
+@dataclass(frozen=True)
+class Started:
+    context: BuiltContext
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str
+    generated_tokens: int
+    user_memory_id: str
+    assistant_memory_id: str
+
+
+ChatEvent = Started | Token | Finished
+
+
+def check_generation(params: Generation) -> Generation:
+    """The API's decoding limits; zeros become the defaults."""
+    max_new = params.max_new_tokens or DEFAULT_NEW_TOKENS
+    if not 1 <= max_new <= MAX_NEW_TOKENS:
+        raise InvalidArgument(
+            "params.max_new_tokens", f"must be 0 (default) or 1..{MAX_NEW_TOKENS}, got {max_new}"
+        )
+    if not 0 <= params.temperature <= 2:
+        raise InvalidArgument("params.temperature", f"must be 0..2, got {params.temperature}")
+    if not 0 <= params.top_p <= 1:
+        raise InvalidArgument("params.top_p", f"must be in (0, 1] or 0, got {params.top_p}")
+    if not 0 <= params.top_k <= 1000:
+        raise InvalidArgument("params.top_k", f"must be 0..1000, got {params.top_k}")
+    if len(params.stop) > MAX_STOP:
+        raise InvalidArgument("params.stop", f"at most {MAX_STOP} entries, got {len(params.stop)}")
+    for i, stop in enumerate(params.stop):
+        size = len(stop.encode("utf-8"))
+        if not 1 <= size <= MAX_STOP_BYTES:
+            raise InvalidArgument(
+                f"params.stop[{i}]", f"must be 1..{MAX_STOP_BYTES} bytes, got {size}"
+            )
+    return Generation(
+        max_new, params.temperature, params.top_p, params.top_k, params.seed, params.stop
+    )
+
+
+class ChatService:
+    def __init__(self, memory: MemoryService, context: ContextBuilder, llm: Llm) -> None:
+        self._memory = memory
+        self._context = context
+        self._llm = llm
+
+    async def chat(
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        message: str,
+        *,
+        budget: int = 0,
+        params: Generation = DEFAULTS,
+        influence: str = Influence.DEFAULT,
+    ) -> AsyncIterator[ChatEvent]:
+        generation = check_generation(params)
+        if influence == Influence.ON:
+            # Residual influence needs the memtok store, which this deployment does not run
+            # (docs/injection.md: on this model it did not help; disclosure-only is safe).
+            raise Unimplemented("influence ON needs the memtok store, not deployed here")
+        context = await self._context.build(
+            tenant,
+            user,
+            session,
+            message,
+            budget=budget,
+            query_field="message",
+            max_query_bytes=validation.MAX_TEXT_BYTES,
+        )
+        if context.budget + generation.max_new_tokens > context.context_length:
+            raise InvalidArgument(
+                "token_budget",
+                f"token_budget {context.budget} + max_new_tokens {generation.max_new_tokens} "
+                f"exceeds the model's context length {context.context_length}",
+            )
+        yield Started(context)
+        pieces: list[str] = []
+        finish, generated = "", 0
+        async for piece in self._llm.stream(context.prompt, generation):
+            if piece.text:
+                yield Token(piece.text, len(pieces))
+                pieces.append(piece.text)
+            if piece.finish_reason:
+                finish, generated = piece.finish_reason, piece.generated_tokens
+        reply = "".join(pieces).strip()
+        turns = [TurnIn(Role.USER, message)]
+        if reply:  # an empty reply (the model ended at once) is not a turn
+            turns.append(TurnIn(Role.ASSISTANT, reply))
+        stored = await self._memory.remember(tenant, user, session, turns)
+        ids = [*stored.memory_ids, ""]
+        yield Finished(finish or "length", generated, ids[0], ids[1])
