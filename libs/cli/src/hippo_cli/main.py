@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_cli import launcher, memory, ops, replay
+from hippo_cli import chat, launcher, memory, ops, replay
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
@@ -104,6 +104,8 @@ cli.add_command(memory.recall)
 cli.add_command(memory.forget)
 cli.add_command(replay.replay)
 cli.add_command(ops.reindex)
+cli.add_command(chat.context)
+cli.add_command(chat.chat)
 
 
 @cli.command("env-example")
