@@ -56,7 +56,7 @@ class GetSessionRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class GetSessionResponse(_message.Message):
-    __slots__ = ("window", "summary", "version", "window_tokens", "summary_tokens", "turns_total", "updated_us", "merge_pending", "window_budget")
+    __slots__ = ("window", "summary", "version", "window_tokens", "summary_tokens", "turns_total", "updated_us", "merge_pending", "window_budget", "merge_stats", "summary_budget")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class GetSessionResponse(_message.Message):
     UPDATED_US_FIELD_NUMBER: _ClassVar[int]
     MERGE_PENDING_FIELD_NUMBER: _ClassVar[int]
     WINDOW_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MERGE_STATS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     window: _containers.RepeatedCompositeFieldContainer[SessionTurn]
     summary: str
     version: int
@@ -75,7 +77,29 @@ class GetSessionResponse(_message.Message):
     updated_us: int
     merge_pending: bool
     window_budget: int
-    def __init__(self, window: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ..., window_tokens: _Optional[int] = ..., summary_tokens: _Optional[int] = ..., turns_total: _Optional[int] = ..., updated_us: _Optional[int] = ..., merge_pending: _Optional[bool] = ..., window_budget: _Optional[int] = ...) -> None: ...
+    merge_stats: MergeStats
+    summary_budget: int
+    def __init__(self, window: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ..., window_tokens: _Optional[int] = ..., summary_tokens: _Optional[int] = ..., turns_total: _Optional[int] = ..., updated_us: _Optional[int] = ..., merge_pending: _Optional[bool] = ..., window_budget: _Optional[int] = ..., merge_stats: _Optional[_Union[MergeStats, _Mapping]] = ..., summary_budget: _Optional[int] = ...) -> None: ...
+
+class MergeStats(_message.Message):
+    __slots__ = ("merges", "turns_merged", "facts", "facts_kept_llm", "facts_kept", "last_retention_llm", "last_retention", "llm_failures")
+    MERGES_FIELD_NUMBER: _ClassVar[int]
+    TURNS_MERGED_FIELD_NUMBER: _ClassVar[int]
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    FACTS_KEPT_LLM_FIELD_NUMBER: _ClassVar[int]
+    FACTS_KEPT_FIELD_NUMBER: _ClassVar[int]
+    LAST_RETENTION_LLM_FIELD_NUMBER: _ClassVar[int]
+    LAST_RETENTION_FIELD_NUMBER: _ClassVar[int]
+    LLM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    merges: int
+    turns_merged: int
+    facts: int
+    facts_kept_llm: int
+    facts_kept: int
+    last_retention_llm: float
+    last_retention: float
+    llm_failures: int
+    def __init__(self, merges: _Optional[int] = ..., turns_merged: _Optional[int] = ..., facts: _Optional[int] = ..., facts_kept_llm: _Optional[int] = ..., facts_kept: _Optional[int] = ..., last_retention_llm: _Optional[float] = ..., last_retention: _Optional[float] = ..., llm_failures: _Optional[int] = ...) -> None: ...
 
 class ForgetRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "session_id", "memory_ids")
