@@ -1,0 +1,1 @@
+"""Hippo audit service: the append-only, hash-chained, verifiable log of memory decisions."""

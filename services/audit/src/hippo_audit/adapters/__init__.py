@@ -1,0 +1,1 @@
+"""Storage and crypto behind the audit domain's ports: SQLite, witness file, keys."""

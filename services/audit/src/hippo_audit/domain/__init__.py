@@ -1,0 +1,1 @@
+"""Audit domain: entries, the hash chain, checkpoints, the log's use cases. No grpc."""
