@@ -47,6 +47,7 @@ def health(settings: CliSettings, as_json: bool) -> None:
         "embedding": settings.embedding_addr,
         "retrieval": settings.retrieval_addr,
         "injection": settings.injection_addr,
+        "summariser": settings.summariser_addr,
     }
 
     async def run() -> dict[str, dict[str, str]]:

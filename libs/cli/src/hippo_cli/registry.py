@@ -54,6 +54,13 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "hippo_retrieval.settings:RetrievalSettings",
         "hippo.retrieval.v1.RetrievalService",
     ),
+    # Counts tokens with the injection service and merges through its HTTP API: after it.
+    ServiceSpec(
+        "summariser",
+        "hippo_summariser",
+        "hippo_summariser.settings:SummariserSettings",
+        "hippo.summariser.v1.SummariserService",
+    ),
     # The gateway calls every other service: it starts last.
     ServiceSpec(
         "gateway",

@@ -22,6 +22,9 @@ class CliSettings(BaseSettings):
     injection_addr: str = Field(
         "127.0.0.1:50055", description="Where `hippo health` reaches the injection service."
     )
+    summariser_addr: str = Field(
+        "127.0.0.1:50054", description="Where `hippo health` reaches the summariser."
+    )
     api_key: str = Field(
         "hippo-local-dev-key",
         repr=False,

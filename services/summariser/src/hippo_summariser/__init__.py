@@ -1,0 +1,1 @@
+"""Hippo summariser: bounded session state (window + rolling summary)."""

@@ -1,0 +1,101 @@
+"""Wiring only: settings -> store, counter, LLM -> domain -> serve()."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+
+from hippo.summariser.v1 import summariser_pb2, summariser_pb2_grpc
+from hippo_core import client
+from hippo_core.server.app import Service, run
+from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
+from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
+from hippo_summariser.adapters.token_counter import GrpcTokenCounter
+from hippo_summariser.domain.merge import MergeConfig, Merger
+from hippo_summariser.domain.ports import MergeObserver, NoObserver
+from hippo_summariser.domain.service import Budgets, SummariserService
+from hippo_summariser.domain.summarise import SummaryConfig
+from hippo_summariser.domain.validation import Limits
+from hippo_summariser.servicer import SummariserServicer
+from hippo_summariser.settings import SummariserSettings
+
+FULL_NAME = summariser_pb2.DESCRIPTOR.services_by_name["SummariserService"].full_name
+
+
+def merge_config(settings: SummariserSettings) -> MergeConfig:
+    return MergeConfig(
+        window_tokens=settings.window_tokens,
+        low_water_tokens=max(1, int(settings.window_tokens * settings.merge_low_water)),
+        max_input_tokens=settings.merge_input_tokens,
+        summary=SummaryConfig(
+            summary_tokens=settings.summary_tokens,
+            style=settings.merge_style,
+            strict_retry=settings.strict_retry,
+        ),
+        max_concurrent=settings.max_concurrent_merges,
+        backoff_initial_seconds=settings.backoff_initial_seconds,
+        backoff_max_seconds=settings.backoff_max_seconds,
+        drain_seconds=settings.drain_seconds,
+    )
+
+
+def build(settings: SummariserSettings, observer: MergeObserver | None = None) -> Service:
+    """`observer` is the on_merge hook (e.g. the audit log's client); none by default."""
+    servicer = SummariserServicer()
+    opened: list[SummariserService] = []
+    channels: list[grpc.aio.Channel] = []
+
+    def register(server: grpc.aio.Server) -> None:
+        summariser_pb2_grpc.add_SummariserServiceServicer_to_server(servicer, server)
+
+    async def warmup() -> None:
+        # Off the event loop: opening the store may migrate or recover a large WAL.
+        store = await asyncio.to_thread(
+            SqliteSessionStore, Path(settings.data_dir) / "sessions.sqlite3"
+        )
+        # Made inside the server's loop (aio channels bind to it). The injection service
+        # is not awaited: until it answers, turns are stored uncounted (see service.py).
+        injection = client.channel(settings.injection_addr, settings.client)
+        channels.append(injection)
+        counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
+        llm = TgiLlm(
+            settings.llm_url,
+            settings.llm_timeout_seconds,
+            Generation(
+                greedy=settings.llm_greedy,
+                temperature=settings.llm_temperature,
+                top_p=settings.llm_top_p,
+                seed=settings.llm_seed,
+                repetition_penalty=settings.llm_repetition_penalty,
+            ),
+        )
+        merger = Merger(store, counter, llm, merge_config(settings), observer or NoObserver())
+        service = SummariserService(
+            store,
+            counter,
+            merger,
+            Budgets(settings.window_tokens, settings.summary_tokens, settings.flush_max_seconds),
+            Limits(max_turns=settings.max_turns_per_append, max_text_bytes=settings.max_text_bytes),
+        )
+        opened.append(service)
+        await service.resume()
+        servicer.service = service
+
+    async def close() -> None:
+        for service in opened:
+            await service.close()
+        for channel in channels:
+            await channel.close()
+
+    return Service("summariser", [FULL_NAME], register, warmup, close)
+
+
+def main() -> None:
+    settings = SummariserSettings()
+    run(build(settings), settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Adapters: SQLite session store, CountTokens client, TGI client."""

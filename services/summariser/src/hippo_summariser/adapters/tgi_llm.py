@@ -1,0 +1,87 @@
+"""The merge LLM through text-generation-inference's HTTP API (the `Llm` port).
+
+`text_generation.AsyncClient` speaks TGI's API; by default it talks to the injection
+host's TGI-compatible endpoint, and any TGI server works the same way. Every call has a
+deadline twice over: the client's own aiohttp timeout and an asyncio timeout around it
+(the client's covers the HTTP exchange, ours also covers its session set-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+from text_generation import AsyncClient
+from text_generation import errors as tgi_errors
+from text_generation.types import FinishReason
+
+from hippo_summariser.domain.ports import Completion, LlmRejected, LlmUnavailable
+
+# The request itself is at fault: sending it again cannot succeed.
+_REJECTED = (tgi_errors.ValidationError, tgi_errors.BadRequestError, tgi_errors.NotFoundError)
+
+
+# Down, busy, or failing on the server's side: worth retrying later.
+_TRANSIENT = (
+    tgi_errors.OverloadedError,
+    tgi_errors.RateLimitExceededError,
+    tgi_errors.GenerationError,
+    tgi_errors.IncompleteGenerationError,
+    tgi_errors.ShardNotReadyError,
+    tgi_errors.ShardTimeoutError,
+    tgi_errors.UnknownError,
+    # A reply that is not TGI's JSON (a proxy's error page, a server starting up).
+    KeyError,
+    TypeError,
+    ValueError,
+)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Generation parameters (greedy by default: a summary should be reproducible)."""
+
+    greedy: bool = True
+    temperature: float = 0.7
+    top_p: float = 0.9
+    seed: int = 0
+    repetition_penalty: float = 1.0
+
+
+class TgiLlm:
+    def __init__(self, url: str, timeout: float, generation: Generation) -> None:
+        self._client = AsyncClient(url, timeout=timeout)
+        self._timeout = timeout
+        self._generation = generation
+
+    async def complete(
+        self, prompt: str, *, max_new_tokens: int, stop: Sequence[str]
+    ) -> Completion:
+        g = self._generation
+        sampling = {} if g.greedy else {"temperature": g.temperature, "top_p": g.top_p}
+        try:
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.generate(
+                    prompt,
+                    do_sample=not g.greedy,
+                    max_new_tokens=max_new_tokens,
+                    stop_sequences=list(stop),
+                    seed=g.seed,
+                    repetition_penalty=(
+                        g.repetition_penalty if g.repetition_penalty != 1.0 else None
+                    ),
+                    **sampling,
+                )
+        except _REJECTED as exc:
+            raise LlmRejected(str(exc)) from exc
+        except (TimeoutError, aiohttp.ClientError, *_TRANSIENT) as exc:
+            raise LlmUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        details = reply.details
+        cut = details is not None and details.finish_reason == FinishReason.Length
+        return Completion(
+            text=reply.generated_text,
+            cut_by_length=cut,
+            tokens=details.generated_tokens if details is not None else 0,
+        )

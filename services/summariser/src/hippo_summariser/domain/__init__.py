@@ -1,0 +1,1 @@
+"""Pure domain code: no grpc, no generated messages."""

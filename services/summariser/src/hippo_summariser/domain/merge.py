@@ -1,0 +1,264 @@
+"""The merge worker: off the request path, in order per session, bounded overall.
+
+One asyncio task per session with work to do (never two), so a session's merges happen
+in order; a semaphore bounds how many call the LLM at once. A task loops until the
+session needs nothing: count turns stored uncounted, plan the next merge (trimming.py),
+summarise (summarise.py), commit with compare-and-set. A commit that finds the session
+changed (a Forget, another process's merge) is dropped and planned again from the new
+state. When the LLM or the counter is unavailable the task sleeps with capped,
+jittered exponential backoff and tries again: Append never waits for any of this.
+
+Crash safety comes from the commit, not from the worker: the dropped turns stay in the
+window until the transaction that stores the merged summary also moves them out. A
+process killed mid-merge leaves the window as it was; `resume` at start-up schedules
+every session still over budget.
+
+Tasks start in a fresh contextvars context: the inbound call that scheduled them has a
+deadline, and outbound calls made on its behalf would otherwise inherit it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from hippo_core.errors import HippoError
+from hippo_summariser import metrics
+from hippo_summariser.domain import trimming
+from hippo_summariser.domain.models import MergeEvent, Session, SessionKey
+from hippo_summariser.domain.ports import (
+    Llm,
+    LlmUnavailable,
+    MergeObserver,
+    NoObserver,
+    SessionStore,
+    TokenCounter,
+)
+from hippo_summariser.domain.summarise import SummaryConfig, summarise
+from hippo_summariser.domain.tokens import render_line
+
+log = structlog.stdlib.get_logger("hippo.summariser.merge")
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    window_tokens: int
+    low_water_tokens: int
+    max_input_tokens: int
+    summary: SummaryConfig
+    max_concurrent: int = 2
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 60.0
+    drain_seconds: float = 3.0
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Merger:
+    """Create inside the running event loop (its semaphore and tasks belong to it)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        counter: TokenCounter,
+        llm: Llm,
+        config: MergeConfig,
+        observer: MergeObserver | None = None,
+        *,
+        jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
+    ) -> None:
+        self._store = store
+        self._counter = counter
+        self._llm = llm
+        self._config = config
+        self._observer = observer or NoObserver()
+        self._jitter = jitter
+        self._slots = asyncio.Semaphore(config.max_concurrent)
+        self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
+        self._again: set[SessionKey] = set()  # state changed while its task was running
+        self._busy: set[SessionKey] = set()  # inside an LLM call: worth draining at close
+        self._since: dict[SessionKey, float] = {}
+        self._closing = False
+
+    # -- scheduling ---------------------------------------------------------------------
+
+    def schedule(self, key: SessionKey) -> None:
+        """Make sure the session's state gets looked at (idempotent, never waits)."""
+        if self._closing:
+            return
+        task = self._tasks.get(key)
+        if task is not None and not task.done():
+            self._again.add(key)
+            return
+        self._since.setdefault(key, time.monotonic())
+        task = asyncio.create_task(
+            self._run(key), name=f"merge:{key.tenant}", context=contextvars.Context()
+        )
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._finished(key, task))
+        metrics.PENDING.set(len(self._tasks))
+
+    def _finished(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(key) is task:
+            del self._tasks[key]
+        metrics.PENDING.set(len(self._tasks))
+        if not task.cancelled() and task.exception() is not None:
+            log.error("merge_worker_crashed", error=repr(task.exception()))
+
+    def active(self, key: SessionKey) -> bool:
+        task = self._tasks.get(key)
+        return task is not None and not task.done()
+
+    async def idle(self, key: SessionKey, timeout: float) -> bool:
+        """Wait until the session has no merge task (True) or `timeout` passes (False)."""
+        end = time.monotonic() + timeout
+        while True:
+            task = self._tasks.get(key)
+            if task is None or task.done():
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.wait({task}, timeout=left)
+
+    async def close(self) -> None:
+        """Stop: tasks waiting (backoff, queue) are cancelled at once; merges inside an LLM
+        call get `drain_seconds` to commit. Cancelling loses nothing: uncommitted merges
+        leave the window as it was and are resumed at the next start."""
+        self._closing = True
+        tasks = dict(self._tasks)
+        for key, task in tasks.items():
+            if key not in self._busy:
+                task.cancel()
+        busy = [t for k, t in tasks.items() if k in self._busy and not t.done()]
+        if busy:
+            await asyncio.wait(busy, timeout=self._config.drain_seconds)
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def _run(self, key: SessionKey) -> None:
+        failures = 0
+        while True:
+            self._again.discard(key)
+            try:
+                session = await asyncio.to_thread(self._store.load, key)
+                if session is None:
+                    break
+                if session.uncounted:
+                    await self._count(session)
+                    continue
+                if not await self._merge_next(session):
+                    if key in self._again:
+                        continue
+                    break
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except (LlmUnavailable, HippoError) as exc:
+                failures += 1
+                if isinstance(exc, LlmUnavailable):
+                    metrics.LLM_ERRORS.labels("unavailable").inc()
+                    await asyncio.to_thread(self._store.record_llm_failure, key)
+                await self._backoff(key, failures, exc)
+            except Exception as exc:
+                # A bug must not spin or kill the worker silently: log, back off, retry.
+                failures += 1
+                log.exception("merge_failed", error=repr(exc))
+                await self._backoff(key, failures, exc)
+        started = self._since.pop(key, None)
+        if started is not None:
+            metrics.MERGE_LAG.observe(time.monotonic() - started)
+
+    async def _backoff(self, key: SessionKey, failures: int, exc: BaseException) -> None:
+        cfg = self._config
+        delay = min(cfg.backoff_max_seconds, cfg.backoff_initial_seconds * 2 ** (failures - 1))
+        delay = min(cfg.backoff_max_seconds, delay * self._jitter())
+        log.warning("merge_retry_later", error=str(exc) or repr(exc), seconds=round(delay, 2))
+        await asyncio.sleep(delay)
+
+    async def _count(self, session: Session) -> None:
+        turns = session.uncounted
+        try:
+            counts = await self._counter.count([render_line(t.role, t.text) for t in turns])
+        except HippoError:
+            metrics.COUNT_ERRORS.inc()
+            raise
+        tokens = {t.seq: n for t, n in zip(turns, counts, strict=True)}
+        await asyncio.to_thread(self._store.set_tokens, session.key, tokens, now_us())
+
+    async def _merge_next(self, session: Session) -> bool:
+        """Merge the next batch of dropped exchanges; False when there is nothing to do."""
+        cfg = self._config
+        turns = trimming.next_merge(
+            session.window, cfg.window_tokens, cfg.low_water_tokens, cfg.max_input_tokens
+        )
+        if not turns:
+            return False
+        started = time.monotonic()
+        async with self._slots:
+            self._busy.add(session.key)
+            try:
+                outcome = await summarise(
+                    session.summary, turns, self._llm, self._counter, cfg.summary
+                )
+            finally:
+                self._busy.discard(session.key)
+        version = await asyncio.to_thread(
+            self._store.commit_merge,
+            session.key,
+            session.summary_rev,
+            [t.seq for t in turns],
+            outcome,
+            now_us(),
+        )
+        if version is None:
+            metrics.MERGES.labels("conflict").inc()
+            return True  # plan again from the state that won
+        seconds = time.monotonic() - started
+        metrics.MERGES.labels("committed").inc()
+        metrics.MERGE_SECONDS.observe(seconds)
+        metrics.RETENTION.labels("llm").observe(outcome.retention_llm)
+        metrics.RETENTION.labels("final").observe(outcome.retention)
+        metrics.FACTS.labels("checked").inc(outcome.facts)
+        metrics.FACTS.labels("kept_llm").inc(outcome.kept_llm)
+        metrics.FACTS.labels("kept").inc(outcome.kept)
+        log.info(
+            "merged",
+            turns=len(turns),
+            summary_tokens=outcome.summary_tokens,
+            facts=outcome.facts,
+            retention_llm=round(outcome.retention_llm, 3),
+            retention=round(outcome.retention, 3),
+            llm_calls=outcome.llm_calls,
+            seconds=round(seconds, 2),
+        )
+        event = MergeEvent(
+            key=session.key,
+            version=version,
+            merged_memory_ids=tuple(t.memory_id for t in turns),
+            summary_tokens=outcome.summary_tokens,
+            facts=outcome.facts,
+            kept_llm=outcome.kept_llm,
+            kept=outcome.kept,
+            retention_llm=outcome.retention_llm,
+            retention=outcome.retention,
+            llm_calls=outcome.llm_calls,
+            repaired=outcome.repaired,
+            seconds=seconds,
+        )
+        try:
+            await self._observer.on_merge(event)
+        except Exception as exc:
+            log.error("on_merge_failed", error=repr(exc))
+        return True

@@ -1,0 +1,135 @@
+"""Settings of the summariser (environment prefix `HIPPO_SUMMARISER_`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from hippo_core.settings import ServiceSettings
+
+
+class SummariserSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="HIPPO_SUMMARISER_")
+
+    port: int = Field(50054, ge=0, le=65535, description="gRPC port (0 picks a free one).")
+    metrics_port: int = Field(
+        9104, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
+    )
+    data_dir: str = Field(
+        "var/summariser",
+        description="Where the session store (sessions.sqlite3) lives. Losing it loses windows "
+        "and summaries (the turns themselves are in the retrieval service's store).",
+    )
+    injection_addr: str = Field(
+        "127.0.0.1:50055",
+        description="The injection service (gRPC): its CountTokens counts every turn with the "
+        "serving model's tokenizer.",
+    )
+    llm_url: str = Field(
+        "http://127.0.0.1:8085",
+        description="The merge LLM's text-generation-inference HTTP API: by default the "
+        "injection service's TGI-compatible API (its HIPPO_INJECTION_HTTP_PORT; `hippo up` "
+        "sets this to where it listens); any TGI server works, e.g. http://tgi:80.",
+    )
+    window_tokens: int = Field(
+        1024,
+        ge=16,
+        le=1_000_000,
+        description="Token budget of a session's working window (turns counted as the model "
+        "reads them). Over it, the oldest whole exchanges are merged into the summary; the "
+        "latest exchange always stays, even if alone it is larger.",
+    )
+    merge_low_water: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="A merge trims the window to this share of window_tokens, so merges come "
+        "in batches (one LLM call per ~25% of the budget with 0.75) instead of one per new "
+        "exchange once the window is full. 1.0 trims only to the budget.",
+    )
+    summary_tokens: int = Field(
+        256,
+        ge=16,
+        le=8192,
+        description="Most tokens of a rolling summary (the LLM's max_new_tokens too). When "
+        "the validated summary is longer, its oldest sentences go first.",
+    )
+    merge_input_tokens: int = Field(
+        1536,
+        ge=64,
+        description="Most tokens of dropped turns one merge prompt carries (at least one "
+        "whole exchange); a larger backlog is merged in several ordered steps. Keep prompt "
+        "(~400 tokens of examples + summary + this) plus summary_tokens within the LLM's "
+        "context (the injection host accepts 4,096).",
+    )
+    merge_style: Literal["rewrite", "extend"] = Field(
+        "rewrite",
+        description="rewrite: the LLM restates the old summary with the new turns (a capable "
+        "model compresses). extend: the note is pre-filled with the old summary and the LLM "
+        "only continues it (docs/sessions.md compares both on the local 270M model).",
+    )
+    strict_retry: bool = Field(
+        True,
+        description="When the summary misses facts of the merged turns, ask the LLM once more "
+        "with a prompt that lists them (before appending the missing facts as a sentence).",
+    )
+    max_concurrent_merges: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="Merges calling the LLM at once, over all sessions (each session's merges "
+        "run one at a time, in order). The local host runs one request at a time anyway.",
+    )
+    llm_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="Deadline of one LLM call (includes waiting in the host's queue; the "
+        "270M model writes ~8 tokens/s on 2 CPU cores).",
+    )
+    count_timeout_seconds: float = Field(
+        5.0, gt=0, description="Deadline of one CountTokens call to the injection service."
+    )
+    backoff_initial_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="First wait before retrying a merge whose LLM (or counter) was "
+        "unavailable; doubles per failure, with ±20% jitter.",
+    )
+    backoff_max_seconds: float = Field(
+        60.0, gt=0, description="Longest wait between merge retries."
+    )
+    drain_seconds: float = Field(
+        3.0,
+        ge=0,
+        description="On shutdown, merges inside an LLM call get this long to commit before "
+        "they are cancelled (nothing is lost: they run again at the next start). Keep "
+        "grace_seconds + drain_seconds under the pod's termination period.",
+    )
+    flush_max_seconds: float = Field(
+        300.0, gt=0, description="Longest a Flush without a deadline waits for merges."
+    )
+    llm_greedy: bool = Field(
+        True, description="Greedy decoding for merges (reproducible summaries)."
+    )
+    llm_temperature: float = Field(
+        0.7, gt=0, le=2, description="Sampling temperature when llm_greedy is false."
+    )
+    llm_top_p: float = Field(
+        0.9, gt=0, lt=1, description="Nucleus sampling when llm_greedy is false."
+    )
+    llm_seed: int = Field(0, ge=0, description="Seed sent with every merge request.")
+    llm_repetition_penalty: float = Field(
+        1.0, gt=0, le=2, description="TGI repetition penalty (1.0 = none)."
+    )
+    max_turns_per_append: int = Field(1024, ge=1, description="Most turns in one Append.")
+    max_text_bytes: int = Field(
+        32 * 1024, ge=1, description="Largest turn text in bytes (the public API's limit)."
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SummariserSettings:
+        if self.backoff_max_seconds < self.backoff_initial_seconds:
+            raise ValueError("backoff_max_seconds must be >= backoff_initial_seconds")
+        return self
