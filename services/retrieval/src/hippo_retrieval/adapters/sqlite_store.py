@@ -77,6 +77,12 @@ CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id, position);
 CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
 """
 
+# Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
+# would otherwise pick the user's own index (turns_by_time) and scan every turn of the user
+# (105 ms at 100k turns for 200 ids), instead of probing UNIQUE (tenant, memory_id) (2 ms).
+# The user is still checked on every row found.
+BY_ID_USER = "+t.user_id = ?"
+
 _TURN_COLUMNS = (
     "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
     "t.client_id, t.metadata, t.vector, t.position"
@@ -201,7 +207,7 @@ class SqliteTurnStore:
                 marks = ",".join("?" * len(chunk))
                 cursor = conn.execute(
                     f"SELECT {_TURN_COLUMNS} FROM turns t "
-                    f"WHERE t.tenant = ? AND t.user_id = ? AND t.memory_id IN ({marks})",
+                    f"WHERE t.tenant = ? AND {BY_ID_USER} AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 )
                 for row in cursor:
@@ -264,8 +270,8 @@ class SqliteTurnStore:
                 chunk = wanted[start : start + _MAX_IN]
                 marks = ",".join("?" * len(chunk))
                 for memory_id, session, position in conn.execute(
-                    "SELECT memory_id, session_id, position FROM turns WHERE tenant = ? "
-                    f"AND user_id = ? AND memory_id IN ({marks})",
+                    "SELECT memory_id, session_id, position FROM turns t WHERE t.tenant = ? "
+                    f"AND {BY_ID_USER} AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 ):
                     out[str(memory_id)] = (str(session), int(position))
@@ -278,9 +284,11 @@ class SqliteTurnStore:
         both, the listed ids within that session) — in one transaction, recording a
         Deletion per erased turn. Returns the erased ids in the order they were written."""
         where = "tenant = ? AND user_id = ?"
+        by_ids = f"tenant = ? AND {BY_ID_USER.removeprefix('t.')}"
         params: list[Any] = [tenant, user]
         if session is not None:
             where += " AND session_id = ?"
+            by_ids += " AND session_id = ?"
             params.append(session)
         ids = list(dict.fromkeys(memory_ids))
         with self._transaction() as conn:
@@ -291,7 +299,7 @@ class SqliteTurnStore:
                     chunk = ids[start : start + _MAX_IN]
                     marks = ",".join("?" * len(chunk))
                     victims += conn.execute(
-                        f"SELECT {columns} FROM turns WHERE {where} AND memory_id IN ({marks})",
+                        f"SELECT {columns} FROM turns WHERE {by_ids} AND memory_id IN ({marks})",
                         (*params, *chunk),
                     ).fetchall()
             else:
