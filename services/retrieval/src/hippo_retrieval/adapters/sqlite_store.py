@@ -284,7 +284,7 @@ class SqliteTurnStore:
         both, the listed ids within that session) — in one transaction, recording a
         Deletion per erased turn. Returns the erased ids in the order they were written."""
         where = "tenant = ? AND user_id = ?"
-        by_ids = f"tenant = ? AND {BY_ID_USER.removeprefix('t.')}"
+        by_ids = "tenant = ? AND +user_id = ?"  # as BY_ID_USER, for the unaliased table
         params: list[Any] = [tenant, user]
         if session is not None:
             where += " AND session_id = ?"
