@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core import client
 from hippo_core.server.app import Service, run
+from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
+from hippo_gateway.adapters.spool import SqliteSpool, local_secret
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
+from hippo_gateway.domain.audit import AuditRecorder, AuditTrail, RecorderConfig
 from hippo_gateway.domain.auth import Authenticator
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
@@ -23,6 +28,21 @@ from hippo_gateway.settings import GatewaySettings
 FULL_NAME = memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
 
 
+def audit_recorder(
+    settings: GatewaySettings, channel: grpc.aio.Channel
+) -> tuple[AuditRecorder, AuditTrail, SqliteSpool]:
+    """The audit recorder over its spool and the audit service (not started)."""
+    data = Path(settings.data_dir)
+    spool = SqliteSpool(data / "audit-spool.sqlite3")
+    key = local_secret(
+        settings.audit_fingerprint_key.get_secret_value(), data / "audit-fingerprint.key"
+    )
+    log = GrpcAuditLog(channel)
+    config = RecorderConfig(settings.audit_fail_closed, settings.audit_seq_wait_seconds)
+    recorder = AuditRecorder(log, spool, key, config)
+    return recorder, AuditTrail(log, recorder), spool
+
+
 def build(settings: GatewaySettings) -> Service:
     auth = Authenticator(settings.api_keys)
     if not len(auth):
@@ -32,6 +52,7 @@ def build(settings: GatewaySettings) -> Service:
         )
     servicer = MemoryServicer(auth)
     channels: list[grpc.aio.Channel] = []
+    audits: list[tuple[AuditRecorder, SqliteSpool]] = []
 
     def register(server: grpc.aio.Server) -> None:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
@@ -54,7 +75,14 @@ def build(settings: GatewaySettings) -> Service:
             sessions = GrpcSessions(peer(settings.summariser_addr))
         embedder = GrpcEmbedder(embedding)
         await embedder.connect(timeout=settings.peer_wait_seconds)
-        memory = MemoryService(embedder, GrpcTurnStore(retrieval), sessions=sessions)
+        recorder = None
+        if settings.audit_addr:
+            recorder, servicer.audit, spool = audit_recorder(settings, peer(settings.audit_addr))
+            audits.append((recorder, spool))
+            await recorder.start()
+        memory = MemoryService(
+            embedder, GrpcTurnStore(retrieval), sessions=sessions, audit=recorder
+        )
         builder = ContextBuilder(
             memory,
             sessions,
@@ -68,6 +96,9 @@ def build(settings: GatewaySettings) -> Service:
         servicer.service = memory
 
     async def close() -> None:
+        for recorder, spool in audits:  # what is still spooled is delivered after a restart
+            await recorder.close()
+            spool.close()
         for channel in channels:
             await channel.close()
 

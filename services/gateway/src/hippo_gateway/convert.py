@@ -8,6 +8,7 @@ from hippo.memory.v1 import memory_pb2
 from hippo.retrieval.v1 import retrieval_pb2
 from hippo.summariser.v1 import summariser_pb2
 from hippo_core.errors import InvalidArgument
+from hippo_gateway.domain.audit import AuditRecord, Outcome, Verification
 from hippo_gateway.domain.chat import ChatEvent, Influence, Started, Token
 from hippo_gateway.domain.memory import ForgetTarget
 from hippo_gateway.domain.models import (
@@ -374,3 +375,65 @@ def get_session_response(
     if state.updated_us:
         out.updated.FromMicroseconds(state.updated_us)
     return out
+
+
+# -- audit -------------------------------------------------------------------------------
+
+_OUTCOMES = {
+    memory_pb2.OUTCOME_KIND_ACCEPTED: "accepted",
+    memory_pb2.OUTCOME_KIND_REJECTED: "rejected",
+    memory_pb2.OUTCOME_KIND_CORRECTED: "corrected",
+    memory_pb2.OUTCOME_KIND_NOTE: "note",
+}
+
+
+def outcome(request: memory_pb2.ReportOutcomeRequest) -> Outcome:
+    return Outcome(
+        scope_user=request.scope.user_id,
+        scope_session=request.scope.session_id,
+        audit_seq=request.audit_seq,
+        kind=_OUTCOMES.get(request.kind, ""),  # the domain refuses "" naming `kind`
+        note=request.note,
+    )
+
+
+def verify_audit_response(v: Verification) -> memory_pb2.VerifyAuditResponse:
+    return memory_pb2.VerifyAuditResponse(
+        ok=v.ok,
+        entries_checked=v.entries_checked,
+        first_bad_seq=v.first_bad_seq,
+        reason=v.reason,
+        head_seq=v.head_seq,
+        head_hash=v.head_hash,
+    )
+
+
+def audit_entry(r: AuditRecord) -> memory_pb2.AuditEntry:
+    """The public body is the entry's public details plus `private`: the decrypted private
+    details, or the word "erased" once the user was forgotten."""
+    body = dict(r.body)
+    if r.private_state == "readable" and r.private is not None:
+        body["private"] = dict(r.private)
+    elif r.private_state == "erased":
+        body["private"] = "erased"
+    out = memory_pb2.AuditEntry(
+        seq=r.seq,
+        actor=r.actor,
+        event_type=r.event_type,
+        user_id=r.user,
+        session_id=r.session,
+        memory_ids=list(r.memory_ids),
+        prev_hash=r.prev_hash,
+        hash=r.hash,
+    )
+    out.body.update(body)
+    out.time.FromMicroseconds(r.time_us)
+    return out
+
+
+def list_audit_response(
+    records: list[AuditRecord], next_token: str
+) -> memory_pb2.ListAuditEntriesResponse:
+    return memory_pb2.ListAuditEntriesResponse(
+        entries=[audit_entry(r) for r in records], next_page_token=next_token
+    )

@@ -9,6 +9,7 @@ import grpc
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.errors import Unavailable, Unimplemented
 from hippo_gateway import convert
+from hippo_gateway.domain.audit import AuditTrail
 from hippo_gateway.domain.auth import Authenticator
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder
@@ -24,6 +25,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self.service: MemoryService | None = None
         self.context: ContextBuilder | None = None
         self.chat: ChatService | None = None
+        self.audit: AuditTrail | None = None
 
     def _domain(self) -> MemoryService:
         if self.service is None:
@@ -34,6 +36,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         if self.context is None:
             raise Unavailable("the gateway is still connecting to its peers; retry shortly")
         return self.context
+
+    def _audit(self) -> AuditTrail:
+        if self.audit is None:
+            if self.service is not None:  # warm: this deployment has no audit log
+                raise Unimplemented("this deployment has no audit log (audit_addr is empty)")
+            raise Unavailable("the gateway is still connecting to its peers; retry shortly")
+        return self.audit
 
     def _chat(self) -> ChatService:
         if self.chat is None:
@@ -109,15 +118,29 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return convert.get_session_response(state, records)
 
-    # Not served yet: they arrive with the audit log.
-    async def VerifyAudit(self, request: object, context: grpc.aio.ServicerContext) -> None:
+    async def VerifyAudit(
+        self, request: memory_pb2.VerifyAuditRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.VerifyAuditResponse:
         self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("VerifyAudit is not served by this deployment yet")
+        result = await self._audit().verify(request.from_seq, request.to_seq)
+        return convert.verify_audit_response(result)
 
-    async def ListAuditEntries(self, request: object, context: grpc.aio.ServicerContext) -> None:
-        self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("ListAuditEntries is not served by this deployment yet")
+    async def ListAuditEntries(
+        self, request: memory_pb2.ListAuditEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ListAuditEntriesResponse:
+        tenant = self._auth.tenant(context.invocation_metadata())
+        records, token = await self._audit().entries(
+            tenant,
+            request.scope.user_id,
+            request.scope.session_id,
+            request.page_size,
+            request.page_token,
+        )
+        return convert.list_audit_response(records, token)
 
-    async def ReportOutcome(self, request: object, context: grpc.aio.ServicerContext) -> None:
-        self._auth.tenant(context.invocation_metadata())
-        raise Unimplemented("ReportOutcome is not served by this deployment yet")
+    async def ReportOutcome(
+        self, request: memory_pb2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ReportOutcomeResponse:
+        tenant = self._auth.tenant(context.invocation_metadata())
+        seq = await self._audit().report(tenant, convert.outcome(request))
+        return memory_pb2.ReportOutcomeResponse(audit_seq=seq)

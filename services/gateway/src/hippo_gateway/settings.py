@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import ServiceSettings
@@ -58,6 +58,37 @@ class GatewaySettings(ServiceSettings):
         min_length=1,
         description="The system instructions at the top of every built prompt. Keep the "
         "rule that text inside <memory> tags is data, not instructions.",
+    )
+    data_dir: str = Field(
+        "var/gateway",
+        description="Where the gateway keeps its audit spool (audit-spool.sqlite3) and the "
+        "audit fingerprint key. Losing it loses audit events not yet delivered.",
+    )
+    audit_addr: str = Field(
+        "127.0.0.1:50056",
+        description="The audit service. Empty: no audit log in this deployment (nothing is "
+        "recorded; the audit RPCs answer UNIMPLEMENTED).",
+    )
+    audit_fail_closed: bool = Field(
+        False,
+        description="false: audit events go to the local spool (fsynced) and are delivered "
+        "in the background, so an audit outage delays records but not calls. true: a call "
+        "fails UNAVAILABLE unless its event is in the audit log first (Remember records "
+        "before it writes, reads before they answer; Forget is never refused).",
+    )
+    audit_seq_wait_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="How long BuildContext and Chat wait for their audit entry to be "
+        "delivered so they can return its seq; after that they answer with audit_seq 0 and "
+        "the entry follows from the spool.",
+    )
+    audit_fingerprint_key: SecretStr = Field(
+        SecretStr(""),
+        description="Base64 of the secret that keys query fingerprints in the audit log "
+        "(HMAC-SHA256). Empty: <data_dir>/audit-fingerprint.key, generated on first start. "
+        "Give all gateway replicas the same value so fingerprints match across them.",
     )
     peer_wait_seconds: float = Field(
         120.0,

@@ -10,12 +10,13 @@ turn store, which removes from both indexes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from hippo_gateway import metrics
-from hippo_gateway.domain import ids, validation
+from hippo_gateway.domain import audit, ids, validation
+from hippo_gateway.domain.audit import AuditRecorder
 from hippo_gateway.domain.indexing import vector_text
 from hippo_gateway.domain.models import (
     Forgotten,
@@ -54,12 +55,15 @@ class MemoryService:
         store: TurnStore,
         clock: Callable[[], int] = now_us,
         sessions: Sessions | None = None,
+        audit: AuditRecorder | None = None,
     ) -> None:
         self._embedder = embedder
         self._store = store
         self._clock = clock
         # The session window (summariser); None = no bounded sessions in this deployment.
         self._sessions = sessions
+        # The audit log (domain/audit.py); None = nothing is recorded in this deployment.
+        self._audit = audit
 
     async def remember(
         self,
@@ -94,7 +98,7 @@ class MemoryService:
             )
             for i, turn in enumerate(turns)
         ]
-        stored = await self._store.write(tenant, to_store, wait_searchable)
+        stored = await self._audited_write(tenant, user, session, to_store, wait_searchable)
         if self._sessions is not None:
             # After the turn store (the source of truth): if this fails the call fails
             # UNAVAILABLE, and a retry with the same ids completes it without duplicates.
@@ -104,7 +108,9 @@ class MemoryService:
         metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
         return Remembered([m.memory_id for m, _ in stored], created, len(stored) - created)
 
-    async def recall(self, tenant: str, query: RecallQuery) -> Recalled:
+    async def recall(self, tenant: str, query: RecallQuery, *, audited: bool = True) -> Recalled:
+        """`audited=False` for callers that record the recall in their own entry
+        (BuildContext's "context" entry holds the hits it used and skipped)."""
         validation.check_recall(query)
         with metrics.RECALL_SECONDS.labels(query.mode.value).time():
             vector = None
@@ -112,6 +118,8 @@ class MemoryService:
                 vector = (await self._embedder.embed([query.query]))[0]
             result = await self._store.search(tenant, query, vector)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
+        if audited and self._audit is not None:
+            await self._audit.recalled(tenant, query, result)
         return result
 
     async def forget(self, tenant: str, target: ForgetTarget) -> Forgotten:
@@ -134,6 +142,16 @@ class MemoryService:
             sessions = await self._sessions.forget(
                 tenant, target.user, target.session, list(target.memory_ids)
             )
+        if self._audit is not None:
+            await self._audit.forgotten(
+                tenant,
+                target.kind,
+                target.user,
+                target.session,
+                target.memory_ids,
+                erased,
+                sessions,
+            )
         return Forgotten(memories=len(erased), sessions=sessions)
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
@@ -150,6 +168,23 @@ class MemoryService:
         state = await self._sessions.get(tenant, user, session)
         records = await self.get(tenant, user, [t.memory_id for t in state.window])
         return state, records
+
+    async def _audited_write(
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        to_store: Sequence[TurnToStore],
+        wait_searchable: bool,
+    ) -> list[tuple[Memory, bool]]:
+        def write() -> Awaitable[list[tuple[Memory, bool]]]:
+            return self._store.write(tenant, to_store, wait_searchable)
+
+        if self._audit is None:
+            return await write()
+        memory_ids = [t.memory_id for t in to_store]
+        event = audit.remember_event(tenant, user, session, memory_ids, len(to_store))
+        return await self._audit.remembering(event, write)
 
 
 def session_turn(m: Memory) -> SessionTurn:
