@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_cli import chat, launcher, memory, ops, replay
+from hippo_cli import audit, chat, launcher, memory, ops, replay
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
@@ -48,6 +48,7 @@ def health(settings: CliSettings, as_json: bool) -> None:
         "retrieval": settings.retrieval_addr,
         "injection": settings.injection_addr,
         "summariser": settings.summariser_addr,
+        "audit": settings.audit_addr,
     }
 
     async def run() -> dict[str, dict[str, str]]:
@@ -105,6 +106,7 @@ cli.add_command(memory.recall)
 cli.add_command(memory.forget)
 cli.add_command(replay.replay)
 cli.add_command(ops.reindex)
+cli.add_command(audit.audit)
 cli.add_command(chat.context)
 cli.add_command(chat.chat)
 

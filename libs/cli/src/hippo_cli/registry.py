@@ -61,6 +61,12 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "hippo_summariser.settings:SummariserSettings",
         "hippo.summariser.v1.SummariserService",
     ),
+    ServiceSpec(
+        "audit",
+        "hippo_audit",
+        "hippo_audit.settings:AuditSettings",
+        "hippo.audit.v1.AuditService",
+    ),
     # The gateway calls every other service: it starts last.
     ServiceSpec(
         "gateway",

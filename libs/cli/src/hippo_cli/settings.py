@@ -25,6 +25,10 @@ class CliSettings(BaseSettings):
     summariser_addr: str = Field(
         "127.0.0.1:50054", description="Where `hippo health` reaches the summariser."
     )
+    audit_addr: str = Field(
+        "127.0.0.1:50056",
+        description="Where `hippo audit verify|tail` and `hippo health` reach the audit service.",
+    )
     api_key: str = Field(
         "hippo-local-dev-key",
         repr=False,
