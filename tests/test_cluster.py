@@ -188,3 +188,129 @@ def test_health_fails_when_nothing_listens() -> None:
     env = {**os.environ, "HIPPO_CLI_EMBEDDING_ADDR": f"127.0.0.1:{free_port()}"}
     result = _hippo(env, "health")
     assert result.returncode == 1 and "UNREACHABLE" in result.stdout
+
+
+def _stubs(cluster: LocalCluster):  # type: ignore[no-untyped-def]
+    import grpc
+
+    from hippo.injection.v1 import injection_pb2_grpc
+    from hippo.memory.v1 import memory_pb2_grpc
+
+    gateway = grpc.insecure_channel(cluster.gateway)
+    injection = grpc.insecure_channel(cluster.addrs["injection"])
+    return (
+        memory_pb2_grpc.MemoryServiceStub(gateway),
+        injection_pb2_grpc.InjectionServiceStub(injection),
+        (gateway, injection),
+    )
+
+
+KEY = (("x-api-key", "hippo-local-dev-key"),)
+
+
+def test_build_context_counts_exactly_and_places_memories_first_query_last(
+    cluster: LocalCluster,
+) -> None:
+    from hippo.injection.v1 import injection_pb2
+    from hippo.memory.v1 import memory_pb2 as pb
+
+    memory, injection, channels = _stubs(cluster)
+    try:
+        old = pb.Scope(user_id="ctx-user", session_id="old")
+        now = pb.Scope(user_id="ctx-user", session_id="now")
+        sister = pb.Turn(
+            role=pb.ROLE_USER, text="My sister Lena lives in Porto.", metadata={"speaker": "Ana"}
+        )
+        memory.Remember(
+            pb.RememberRequest(scope=old, turns=[sister], wait_searchable=True),
+            metadata=KEY,
+            timeout=30,
+        )
+        memory.Remember(
+            pb.RememberRequest(
+                scope=now,
+                turns=[
+                    pb.Turn(role=pb.ROLE_USER, text="I am planning a trip next month."),
+                    pb.Turn(role=pb.ROLE_ASSISTANT, text="Nice! Where are you going?"),
+                ],
+                wait_searchable=True,
+            ),
+            metadata=KEY, timeout=30,
+        )  # fmt: skip
+        query = "Where does my sister live?"
+        built = memory.BuildContext(
+            pb.BuildContextRequest(scope=now, query=query, token_budget=512),
+            metadata=KEY,
+            timeout=60,
+        )
+        assert built.tokens.budget == 512 and 0 < built.tokens.total <= 512
+        exact = injection.CountTokens(
+            injection_pb2.CountTokensRequest(text=built.prompt), timeout=30
+        )
+        assert exact.tokens == built.tokens.total  # the prompt as counted is the prompt returned
+        kinds = [z.kind for z in built.zones]
+        assert kinds[0] == pb.ZONE_KIND_SYSTEM and kinds[-1] == pb.ZONE_KIND_QUERY
+        assert kinds.index(pb.ZONE_KIND_MEMORIES) < kinds.index(pb.ZONE_KIND_WINDOW)
+        memories = next(z for z in built.zones if z.kind == pb.ZONE_KIND_MEMORIES)
+        assert "Lena lives in Porto" in memories.text and 'speaker="Ana"' in memories.text
+        window = next(z for z in built.zones if z.kind == pb.ZONE_KIND_WINDOW)
+        assert len(window.memory_ids) == 2 and not set(window.memory_ids) & set(
+            built.memory_ids_used
+        )
+        assert built.prompt.index("Lena lives in Porto") < built.prompt.index("planning a trip")
+        assert built.prompt.rstrip().rfind(query) > built.prompt.find("Nice! Where are you going?")
+        with pytest.raises(Exception) as err:
+            memory.BuildContext(
+                pb.BuildContextRequest(scope=now, query=query, token_budget=100),
+                metadata=KEY,
+                timeout=60,
+            )
+        assert "token_budget" in str(err.value)
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def test_chat_streams_a_reply_and_remembers_the_exchange(cluster: LocalCluster) -> None:
+    from hippo.memory.v1 import memory_pb2 as pb
+
+    memory, _, channels = _stubs(cluster)
+    try:
+        scope = pb.Scope(user_id="chat-user", session_id="s1")
+        events = list(
+            memory.Chat(
+                pb.ChatRequest(
+                    scope=scope,
+                    message="Say hello to Bob.",
+                    params=pb.GenerationParameters(max_new_tokens=8),
+                ),
+                metadata=KEY,
+                timeout=120,
+            )
+        )
+        kinds = [e.WhichOneof("event") for e in events]
+        assert kinds[0] == "start" and kinds[-1] == "end" and set(kinds[1:-1]) <= {"token"}
+        tokens = [e.token for e in events if e.WhichOneof("event") == "token"]
+        assert [t.index for t in tokens] == list(range(len(tokens)))
+        end = events[-1].end
+        assert end.finish_reason in ("length", "eos_token", "stop_sequence")
+        assert 1 <= end.generated_tokens <= 8 and end.user_memory_id
+        reply = "".join(t.text for t in tokens).strip()
+        state = memory.GetSession(pb.GetSessionRequest(scope=scope), metadata=KEY, timeout=30)
+        texts = [r.text for r in state.window]
+        assert texts[0] == "Say hello to Bob."
+        if reply:
+            assert texts[1] == reply and state.window[1].memory_id == end.assistant_memory_id
+        assert state.version > 0 and state.window_tokens > 0
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def test_hippo_context_prints_the_zones(cluster: LocalCluster) -> None:
+    _hippo(cluster, "remember", "--user", "zed", "--session", "a", "The blue door is locked.")
+    result = _hippo(cluster, "context", "which door is locked?", "--user", "zed", "--session", "b")
+    assert result.returncode == 0, result.stderr
+    for zone in ("system", "memories", "query"):
+        assert f"── {zone} (" in result.stdout
+    assert "The blue door is locked." in result.stdout
