@@ -64,11 +64,12 @@ class SummariserSettings(ServiceSettings):
         "(~400 tokens of examples + summary + this) plus summary_tokens within the LLM's "
         "context (the injection host accepts 4,096).",
     )
-    merge_style: Literal["rewrite", "extend"] = Field(
-        "rewrite",
-        description="rewrite: the LLM restates the old summary with the new turns (a capable "
-        "model compresses). extend: the note is pre-filled with the old summary and the LLM "
-        "only continues it (docs/sessions.md compares both on the local 270M model).",
+    merge_style: Literal["extend", "rewrite"] = Field(
+        "extend",
+        description="extend: the LLM retells only the dropped turns and the note is appended "
+        "to the summary (oldest sentences leave at the budget): what the local 270M base "
+        "model can do. rewrite: the LLM restates the whole summary with the new turns, which "
+        "lets a capable model (a real TGI server) compress. docs/sessions.md compares both.",
     )
     strict_retry: bool = Field(
         True,

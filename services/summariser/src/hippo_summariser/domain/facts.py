@@ -112,6 +112,10 @@ _WORD = re.compile(r"[\w'’-]+")
 _BREAK = frozenset('.!?:;"“”()')
 
 
+REPAIR_PREFIX = "Also mentioned: "
+REPAIR = REPAIR_PREFIX.strip().lower()  # how a repair sentence starts (clean() drops copies)
+
+
 @dataclass(frozen=True)
 class Fact:
     kind: str  # "name" | "number" | "date" | "time" | "identifier"
@@ -365,4 +369,4 @@ def facts_sentence(facts: Sequence[Fact]) -> str:
     parts = [
         ", ".join(items) + (f" ({speaker})" if speaker else "") for speaker, items in groups.items()
     ]
-    return "Also mentioned: " + "; ".join(parts) + "."
+    return REPAIR_PREFIX + "; ".join(parts) + "."

@@ -10,10 +10,11 @@ few-shot task.
 
 Two styles (setting `merge_style`):
 - rewrite: the note restates the old summary and adds the new lines (the examples show
-  this); the answer replaces the summary. Best with a capable model: it compresses.
-- extend: the note is pre-filled with the old summary and the first new speaker's name, so
-  the model only continues it; the summary is the old one plus the continuation. A small
-  base model then writes about the new lines instead of re-inventing the old ones.
+  this); the answer replaces the summary. For a capable model: it can compress.
+- extend: the note retells only the new lines and is pre-filled with the first new
+  speaker's name; the summary is the old one plus the note (the oldest sentences leave
+  when it outgrows its budget). The local 270M base model cannot rewrite a summary
+  without mangling it, but it can retell lines: the default.
 
 The stricter prompt (the retry after validation found facts missing) adds a "Must
 mention:" line listing them, in the examples too, so even a base model sees the pattern.
@@ -27,13 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hippo_summariser.domain.facts import sentences
+from hippo_summariser.domain.facts import REPAIR, sentences
 from hippo_summariser.domain.models import Role, WindowTurn
 
 INTRO = (
     "Each note rewrites the running summary of a chat so that it also covers the new lines. "
     "A note is plain prose in the third person, one paragraph with no lists, headings or "
     "JSON, and keeps every name, number and date."
+)
+INTRO_EXTEND = (
+    "Each note retells the new lines of a chat, which continue the running summary. A note "
+    "is plain prose in the third person, one paragraph with no lists, headings or JSON, "
+    "and keeps every name, number and date."
 )
 NO_SUMMARY = "none yet."
 # Generation stops at the end of the note's line; the rest guard against a model that
@@ -53,6 +59,10 @@ class _Example:
     note: str
 
 
+# Notes retell the new lines in reported speech ("Ana said she..."): a small base model
+# follows that pattern line by line without inventing much (measured: docs/sessions.md),
+# and it keeps who said what. `note` covers the new lines only; a rewrite's note is the
+# old summary followed by it.
 EXAMPLES = (
     _Example(
         summary=NO_SUMMARY,
@@ -63,20 +73,20 @@ EXAMPLES = (
             "Ana: I love it. My sister Joana visits every 2 months.",
         ),
         must="Lisbon, Feedzai, Joana, 2 months",
-        note="Ana moved to Lisbon in 2020 for a job at Feedzai. Her sister Joana visits her "
-        "every 2 months.",
+        note="Ana said she moved to Lisbon last year for a job at Feedzai. Bot asked how she "
+        "likes it. Ana said she loves it and her sister Joana visits every 2 months.",
     ),
     _Example(
-        summary="Tom has 2 cats, Miso and Pixel.",
+        summary="Ana said she moved to Lisbon last year for a job at Feedzai.",
         date="3 June 2022",
         lines=(
             "Tom: Pixel got sick, the vet bill was $240.",
-            "Bot: Oh no, is Pixel better now?",
+            "Ana: Oh no, is Pixel better now?",
             "Tom: Yes! And I booked a pottery class on Thursdays, order KX-4471.",
         ),
         must="$240, Thursdays, KX-4471",
-        note="Tom has 2 cats, Miso and Pixel. In June 2022 Pixel got sick and the vet bill "
-        "was $240; Pixel is better now. Tom booked a pottery class on Thursdays (order "
+        note="Tom said his cat Pixel got sick and the vet bill was $240. Ana asked if Pixel "
+        "is better now. Tom said yes, and that he booked a pottery class on Thursdays (order "
         "KX-4471).",
     ),
 )
@@ -128,23 +138,28 @@ def build(
     turns: Sequence[WindowTurn],
     *,
     must: Sequence[str] = (),
-    style: str = "rewrite",
+    style: str = "extend",
     max_chars_per_turn: int = 2000,
 ) -> tuple[str, str]:
     """(prompt, prefill): the prompt ends with "Note:" plus the prefill, which the caller
     puts in front of the model's continuation (extend style; empty for rewrite)."""
     strict = bool(must)
-    parts = [INTRO, ""]
+    parts = [INTRO if style == "rewrite" else INTRO_EXTEND, ""]
     for ex in EXAMPLES:
         lines = [f"New lines ({ex.date}):", *ex.lines]
-        parts += _case(ex.summary, lines, ex.must if strict else None, ex.note)
+        note = ex.note
+        if style == "rewrite" and ex.summary != NO_SUMMARY:
+            note = f"{ex.summary} {ex.note}"
+        parts += _case(ex.summary, lines, ex.must if strict else None, note)
         parts.append("")
     listed = ", ".join(must) if strict else None
     parts += _case(summary, _blocks(turns, max_chars_per_turn), listed, None)
     prompt = "\n".join(parts)
     prefill = ""
     if style == "extend" and turns:
-        prefill = " ".join(p for p in (summary.strip(), label(turns[0])) if p)
+        # Starting the note with the first new speaker's name steers a base model to
+        # retell the new lines rather than copy the summary above them.
+        prefill = label(turns[0])
         prompt += " " + prefill
     return prompt, prefill
 
@@ -153,7 +168,8 @@ def clean(text: str, *, cut_by_length: bool) -> str:
     """The LLM's answer as one plain-prose paragraph: cut at the first line break or
     stop marker, control tokens, markdown (bullets, numbering, headings, emphasis) and
     JSON wrapping removed, a sentence repeated word for word kept once (small models
-    loop), and an unfinished last sentence dropped when generation hit its length cap."""
+    loop), comma lists and copies of the repair sentence dropped (not prose), and an
+    unfinished last sentence dropped when generation hit its length cap."""
     text = _CONTROL.sub(" ", text).lstrip()
     text = text.split("\n", 1)[0]
     for marker in STOP[2:]:
@@ -166,12 +182,19 @@ def clean(text: str, *, cut_by_length: bool) -> str:
     kept: list[str] = []
     for sentence in sentences(" ".join(text.split())):
         norm = sentence.lower()
-        if norm not in seen:
+        if norm not in seen and not _is_list(sentence) and not norm.startswith(REPAIR):
             seen.add(norm)
             kept.append(sentence)
     if cut_by_length and kept and not re.search(r"[.!?)\"']$", kept[-1]):
         kept.pop()
     return " ".join(kept)
+
+
+def _is_list(sentence: str) -> bool:
+    """A comma list of names or words ("Mel, Caroline, LGBTQ."): what a small model writes
+    when it copies the stricter prompt's "Must mention:" line. Not prose."""
+    items = [i.strip() for i in re.split(r",|\band\b", sentence.rstrip(".!?")) if i.strip()]
+    return len(items) >= 3 and sum(len(i.split()) <= 2 for i in items) >= 0.75 * len(items)
 
 
 def _unjson(text: str) -> str:

@@ -34,7 +34,7 @@ MAX_MUST = 24  # facts listed in the stricter prompt (a longer list drowns the t
 @dataclass(frozen=True)
 class SummaryConfig:
     summary_tokens: int
-    style: str = "rewrite"  # "rewrite" | "extend" (prompt.py)
+    style: str = "extend"  # "extend" | "rewrite" (prompt.py)
     strict_retry: bool = True
     max_chars_per_turn: int = 2000
 
@@ -77,6 +77,11 @@ async def _attempt(
         new = prompt.clean(answer, cut_by_length=cut)
     said = facts.sentences(new)
     honest = [s for s in said if not facts.invented(s, sources)]
+    if config.style == "extend":
+        # The note is appended to the summary: a sentence it already holds adds nothing
+        # (base models copy their context).
+        held = {s.lower() for s in facts.sentences(summary)}
+        honest = [s for s in honest if s.lower() not in held]
     new = " ".join(honest)
     if config.style == "extend" or (carried and facts.kept_count(carried, new) * 2 < len(carried)):
         prose = _join(summary, new)

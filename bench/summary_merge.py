@@ -1,0 +1,261 @@
+"""Rolling-summary merges on the real local model: latency and fact retention.
+
+Replays a LoCoMo conversation turn by turn through the summariser's Append (speaker_a as
+the user, speaker_b as the assistant, one Append per turn, as a chat would), with a real
+injection service counting tokens and serving the merge LLM (Gemma 3 270M base) over its
+TGI-compatible API. Then waits for the last merge (Flush) and reports, per merge style:
+
+  merges, merge latency (p50 / p90 / max, from the service's `merged` log events), LLM
+  calls per merge, fact retention before validation (the LLM's first answer) and after
+  (the committed summary), sentences removed as invented, the summary's size, Append
+  latency, and how far the window overshot its budget while merges were pending.
+
+Also measures what a token count costs: CountTokens over gRPC per turn vs loading the
+same tokenizer.json in-process (load time, RSS, per-turn time).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--turns 120] \
+        [--styles rewrite,extend] [--window 1024] [--summary 256] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
+from hippo.memory.v1 import memory_pb2
+from hippo.summariser.v1 import summariser_pb2 as pb
+from hippo.summariser.v1 import summariser_pb2_grpc
+from hippo_cli import locomo
+from hippo_core.testing import (
+    ServiceProcess,
+    free_port,
+    metric,
+    scrape,
+    service_process,
+    wait_for,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_DIR = ROOT / "var" / "injection" / "model"
+DATA = Path("/work/shared/data/locomo-dev.json")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def turns_of(conversation: locomo.Conversation, limit: int) -> list[pb.SessionTurn]:
+    out = []
+    for t in conversation.turns[:limit]:
+        text = t.text + (f" [shares a photo: {t.caption}]" if t.caption else "")
+        out.append(
+            pb.SessionTurn(
+                memory_id=f"{conversation.sample_id}:{t.dia_id}",
+                role=memory_pb2.ROLE_USER
+                if t.speaker == conversation.speaker_a
+                else memory_pb2.ROLE_ASSISTANT,
+                text=text,
+                time_us=t.time_us,
+                speaker=t.speaker,
+            )
+        )
+    return out
+
+
+def merged_events(proc: ServiceProcess) -> list[dict[str, Any]]:
+    events = []
+    for line in proc.log_text().splitlines():
+        if line.startswith("{") and '"event": "merged"' in line:
+            events.append(json.loads(line))
+    return events
+
+
+def replay(
+    style: str, turns: list[pb.SessionTurn], injection: ServiceProcess, http: str, args: Any
+) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix=f"summary-bench-{style}-"))
+    env = {
+        "HIPPO_SUMMARISER_DATA_DIR": str(data),
+        "HIPPO_SUMMARISER_INJECTION_ADDR": injection.addr,
+        "HIPPO_SUMMARISER_LLM_URL": http,
+        "HIPPO_SUMMARISER_WINDOW_TOKENS": str(args.window),
+        "HIPPO_SUMMARISER_SUMMARY_TOKENS": str(args.summary),
+        "HIPPO_SUMMARISER_MERGE_STYLE": style,
+        "HIPPO_SUMMARISER_LLM_TIMEOUT_SECONDS": "600",
+    }
+    with service_process("hippo_summariser", "HIPPO_SUMMARISER_", env) as proc:
+        wait_for(proc.addr, "hippo.summariser.v1.SummariserService", timeout=60)
+        stub = summariser_pb2_grpc.SummariserServiceStub(grpc.insecure_channel(proc.addr))
+        scope = {"tenant": "bench", "user_id": "u", "session_id": style}
+        append_ms: list[float] = []
+        overshoot: list[int] = []
+        started = time.perf_counter()
+        for i, turn in enumerate(turns):
+            t0 = time.perf_counter()
+            stub.Append(pb.AppendRequest(**scope, turns=[turn]), timeout=30)
+            append_ms.append((time.perf_counter() - t0) * 1000)
+            state = stub.GetSession(pb.GetSessionRequest(**scope), timeout=10)
+            overshoot.append(state.window_tokens)
+            if (i + 1) % 20 == 0:
+                print(
+                    f"  [{style}] {i + 1}/{len(turns)} turns, {state.merge_stats.merges} merges, "
+                    f"window {state.window_tokens} tokens",
+                    flush=True,
+                )
+        state = stub.Flush(pb.FlushRequest(**scope), timeout=args.flush_timeout).session
+        replay_s = time.perf_counter() - started
+        samples = scrape(proc.metrics_url)
+        events = merged_events(proc)
+    stats = state.merge_stats
+    seconds = [float(e["seconds"]) for e in events]
+    return {
+        "style": style,
+        "turns": len(turns),
+        "merges": stats.merges,
+        "turns_merged": stats.turns_merged,
+        "merge_pending_at_end": state.merge_pending,
+        "merge_seconds_p50": pct(seconds, 0.5),
+        "merge_seconds_p90": pct(seconds, 0.9),
+        "merge_seconds_max": max(seconds, default=float("nan")),
+        "llm_calls_per_merge": statistics.mean(int(e["llm_calls"]) for e in events)
+        if events
+        else float("nan"),
+        "facts": stats.facts,
+        "retention_llm": stats.facts_kept_llm / stats.facts if stats.facts else 1.0,
+        "retention_final": stats.facts_kept / stats.facts if stats.facts else 1.0,
+        "invented_sentences_removed": metric(
+            samples, "hippo_summariser_repairs_total", kind="invented_sentence"
+        ),
+        "strict_retries": metric(samples, "hippo_summariser_repairs_total", kind="strict_retry"),
+        "facts_sentences": metric(samples, "hippo_summariser_repairs_total", kind="facts_sentence"),
+        "summary_tokens": state.summary_tokens,
+        "summary": state.summary,
+        "window_tokens_end": state.window_tokens,
+        "window_tokens_max": max(overshoot, default=0),
+        "append_ms_p50": pct(append_ms, 0.5),
+        "append_ms_p90": pct(append_ms, 0.9),
+        "replay_seconds": replay_s,
+    }
+
+
+def count_cost(injection: ServiceProcess, turns: list[pb.SessionTurn]) -> dict[str, float]:
+    """A turn's token count over gRPC vs the same tokenizer loaded in-process."""
+    lines = [
+        f"<start_of_turn>{'user' if t.role == memory_pb2.ROLE_USER else 'model'}\n"
+        f"{t.text}<end_of_turn>\n"
+        for t in turns
+    ]
+    with grpc.insecure_channel(injection.addr) as channel:
+        stub = injection_pb2_grpc.InjectionServiceStub(channel)
+        stub.CountTokens(injection_pb2.CountTokensRequest(text="warm up"), timeout=10)
+        t0 = time.perf_counter()
+        remote = [
+            stub.CountTokens(injection_pb2.CountTokensRequest(text=x), timeout=10).tokens - 1
+            for x in lines
+        ]
+        grpc_ms = (time.perf_counter() - t0) * 1000 / len(lines)
+    from tokenizers import Tokenizer
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    path = next(MODEL_DIR.glob("*/tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(path))
+    load_s = time.perf_counter() - t0
+    rss_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    t0 = time.perf_counter()
+    local = [len(tokenizer.encode(x, add_special_tokens=False).ids) for x in lines]
+    local_ms = (time.perf_counter() - t0) * 1000 / len(lines)
+    return {
+        "turns": len(lines),
+        "grpc_ms_per_turn": grpc_ms,
+        "local_ms_per_turn": local_ms,
+        "local_load_seconds": load_s,
+        "local_rss_mb": rss_mb,
+        "counts_agree": float(remote == local),
+        "window_sum_equals_joined": float(
+            sum(local) == len(tokenizer.encode("".join(lines), add_special_tokens=False).ids)
+        ),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--sample", type=int, default=0, help="which conversation")
+    parser.add_argument("--turns", type=int, default=120, help="turns replayed (0 = all)")
+    parser.add_argument("--styles", default="rewrite,extend")
+    parser.add_argument("--window", type=int, default=1024)
+    parser.add_argument("--summary", type=int, default=256)
+    parser.add_argument("--flush-timeout", type=float, default=1800)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "summary_merge.json")
+    parser.add_argument("--show-summary", action="store_true")
+    args = parser.parse_args()
+
+    conversation = locomo.load(args.data)[args.sample]
+    turns = turns_of(conversation, args.turns or len(conversation.turns))
+    http_port = free_port()
+    env = {
+        "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
+        "HIPPO_INJECTION_HTTP_PORT": str(http_port),
+    }
+    print(
+        f"LoCoMo {conversation.sample_id}: {len(turns)} turns, window {args.window}, "
+        f"summary {args.summary} tokens",
+        flush=True,
+    )
+    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    with service_process("hippo_injection", "HIPPO_INJECTION_", env) as injection:
+        wait_for(injection.addr, "hippo.injection.v1.InjectionService", timeout=300)
+        results["count_cost"] = count_cost(injection, turns)
+        results["runs"] = [
+            replay(style, turns, injection, f"http://127.0.0.1:{http_port}", args)
+            for style in args.styles.split(",")
+        ]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2))
+
+    c = results["count_cost"]
+    print(
+        f"\nToken counting ({c['turns']} turns): CountTokens over gRPC "
+        f"{c['grpc_ms_per_turn']:.2f} ms/turn; tokenizer.json in-process "
+        f"{c['local_ms_per_turn']:.3f} ms/turn after {c['local_load_seconds']:.1f} s load and "
+        f"+{c['local_rss_mb']:.0f} MB RSS; counts agree: {bool(c['counts_agree'])}; "
+        f"per-turn counts sum to the joined window's: {bool(c['window_sum_equals_joined'])}\n"
+    )
+    header = (
+        "| style | merges | merge s p50 / p90 / max | LLM calls/merge | facts | retention "
+        "before → after | invented sentences removed | summary tokens | window max | "
+        "Append ms p50 |"
+    )
+    print(header)
+    print("|---" * 10 + "|")
+    for r in results["runs"]:
+        print(
+            f"| {r['style']} | {r['merges']} | {r['merge_seconds_p50']:.1f} / "
+            f"{r['merge_seconds_p90']:.1f} / {r['merge_seconds_max']:.1f} | "
+            f"{r['llm_calls_per_merge']:.2f} | {r['facts']} | {r['retention_llm']:.1%} → "
+            f"{r['retention_final']:.1%} | {r['invented_sentences_removed']:.0f} | "
+            f"{r['summary_tokens']} | {r['window_tokens_max']} | {r['append_ms_p50']:.1f} |"
+        )
+    if args.show_summary:
+        for r in results["runs"]:
+            print(f"\n[{r['style']}] summary:\n{r['summary']}")
+    print(f"\n(json: {args.json})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
