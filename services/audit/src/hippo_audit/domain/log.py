@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 ERASE_EVENT = "erase"  # the entry ForgetUser appends
 _END = 2**63 - 1
+WAL_CHECKPOINT_SECONDS = 1.0
 
 
 def now_us() -> int:
@@ -119,6 +120,7 @@ class AuditLog:
         self._closing = asyncio.Event()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
         self._tasks: list[asyncio.Task[None]] = []
+        self._dirty = False  # commits since the last WAL checkpoint
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class AuditLog:
         self._tasks = [
             asyncio.create_task(self._write_loop(), name="audit-writer"),
             asyncio.create_task(self._checkpoint_timer(), name="audit-checkpoints"),
+            asyncio.create_task(self._wal_timer(), name="audit-wal"),
         ]
 
     async def close(self) -> None:
@@ -154,7 +157,7 @@ class AuditLog:
         self._closing.set()
         self._wake.set()
         for task in self._tasks:
-            if task.get_name() == "audit-checkpoints":
+            if task.get_name() != "audit-writer":
                 task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
@@ -214,6 +217,7 @@ class AuditLog:
                 batch = self._take()
                 outcomes = await loop.run_in_executor(self._writer, self._commit, batch)
                 done = time.perf_counter()
+                self._dirty = True
                 for request, outcome in zip(batch, outcomes, strict=True):
                     metrics.APPEND_SECONDS.observe(done - request.enqueued)
                     if request.future.done():  # the caller was cancelled meanwhile
@@ -223,6 +227,10 @@ class AuditLog:
                     else:
                         request.future.set_result(outcome)
                 self._notify()
+                # After the batch's callers are answered: signing and fsyncing the witness
+                # is not on any append's latency.
+                if self._checkpoint_due():
+                    await loop.run_in_executor(self._writer, self._sign_checkpoint)
             if self._closing.is_set():
                 return
 
@@ -299,10 +307,11 @@ class AuditLog:
             metrics.BATCH_ENTRIES.observe(len(pending))
             for event_type, count in Counter(e.event_type for e in pending).items():
                 metrics.ENTRIES.labels(event_type).inc(count)
-            last = self._checkpoint.size if self._checkpoint else 0
-            if seq - last >= self._config.checkpoint_every:
-                self._sign_checkpoint()
         return outcomes
+
+    def _checkpoint_due(self) -> bool:
+        last = self._checkpoint.size if self._checkpoint else 0
+        return self._writable and self._seq - last >= self._config.checkpoint_every
 
     def _add(
         self,
@@ -369,6 +378,13 @@ class AuditLog:
             if self._writable and self._seq > covered and not self._closing.is_set():
                 with contextlib.suppress(HippoError):
                     await self._submit(_Request("checkpoint", self._future()))
+
+    async def _wal_timer(self) -> None:
+        while True:
+            await asyncio.sleep(WAL_CHECKPOINT_SECONDS)
+            if self._dirty:
+                self._dirty = False
+                await asyncio.to_thread(self._store.checkpoint)
 
     def _notify(self) -> None:
         # Followers wait on the event they saw before reading; setting it and putting a

@@ -34,6 +34,11 @@ class LogStore(Protocol):
         """Up to `limit` entries of where.tenant with after_seq < seq <= to_seq, seq order."""
         ...
 
+    def checkpoint(self, truncate: bool = False) -> None:
+        """Move committed data from the write-ahead log into the main file, off the
+        writer's path (a storage chore; entries are durable either way)."""
+        ...
+
     def rows(self, from_seq: int, to_seq: int) -> Iterator[Row]:
         """Raw rows from_seq <= seq <= to_seq in seq order, fields as stored bytes (for
         verification: never decoded, so any stored byte is hashed as it is)."""
