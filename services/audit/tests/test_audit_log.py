@@ -263,3 +263,12 @@ async def test_follow_sends_the_backlog_then_new_entries(log: AuditLog) -> None:
     await log.append([entry(tenant="globex", user="alice"), entry(user="alice")], None)
     await asyncio.wait_for(task, timeout=10)
     assert received == [1, 4, 6]
+
+
+async def test_the_idempotency_lookup_is_an_index_search(log: AuditLog, tmp_path: Path) -> None:
+    """Every keyed append looks its key up: a scan of the tenant's entries would make
+    appends slower as the log grows."""
+    await log.append([entry(key="k")], None)
+    with sqlite3.connect(tmp_path / "audit.sqlite3") as conn:
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {sqlite_log.FIND_KEY}", ("acme", "k")).fetchall()
+    assert "USING INDEX entries_by_key" in plan[0][3], plan

@@ -63,6 +63,13 @@ _COLUMNS = (
 )
 _INSERT = f"INSERT INTO entries ({_COLUMNS}) VALUES ({', '.join('?' * 14)})"
 _FETCH = 4096
+# The `!= ''` repeats the partial index's condition: without it SQLite cannot prove the
+# index applies and scans the tenant's entries instead (on every append, growing with the
+# log: it once cost most of an append's time).
+FIND_KEY = (
+    "SELECT seq, hash FROM entries "
+    "WHERE tenant = ? AND idempotency_key = ? AND idempotency_key != ''"
+)
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:
@@ -182,14 +189,7 @@ class SqliteLog:
             raise
 
     def find_key(self, tenant: str, idempotency_key: str) -> tuple[int, bytes] | None:
-        # The `!= ''` repeats the partial index's condition: without it SQLite cannot
-        # prove the index applies and scans the tenant's entries instead (a lookup that
-        # grows with the log, on every append).
-        row = self._writer.execute(
-            "SELECT seq, hash FROM entries "
-            "WHERE tenant = ? AND idempotency_key = ? AND idempotency_key != ''",
-            (tenant, idempotency_key),
-        ).fetchone()
+        row = self._writer.execute(FIND_KEY, (tenant, idempotency_key)).fetchone()
         return None if row is None else (int(row[0]), bytes(row[1]))
 
     # -- reads ---------------------------------------------------------------------------
