@@ -9,12 +9,16 @@ TGI-compatible API. Then waits for the last merge (Flush) and reports, per merge
   calls per merge, fact retention before validation (the LLM's first answer) and after
   (the committed summary), sentences removed as invented, the summary's size, Append
   latency, and how far the window overshot its budget while merges were pending.
+  `--pace flush` (default) sends each turn once the previous merges committed (a chat
+  whose replies take longer than a merge); `--pace burst` sends turns back to back and
+  shows the backlog (merges then take up to MERGE_INPUT_TOKENS of turns at a time).
 
 Also measures what a token count costs: CountTokens over gRPC per turn vs loading the
 same tokenizer.json in-process (load time, RSS, per-turn time).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--turns 120] \
-        [--styles rewrite,extend] [--window 1024] [--summary 256] [--json out.json]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--turns 200] \
+        [--styles extend,rewrite] [--pace flush|burst] [--window 1024] [--summary 256] \
+        [--json out.json] [--show-summary]
 """
 
 from __future__ import annotations
@@ -107,7 +111,12 @@ def replay(
             t0 = time.perf_counter()
             stub.Append(pb.AppendRequest(**scope, turns=[turn]), timeout=30)
             append_ms.append((time.perf_counter() - t0) * 1000)
-            state = stub.GetSession(pb.GetSessionRequest(**scope), timeout=10)
+            if args.pace == "flush":
+                # The next turn arrives once merges have caught up, as in a chat where
+                # each reply takes longer than a merge; "burst" sends turns back to back.
+                state = stub.Flush(pb.FlushRequest(**scope), timeout=args.flush_timeout).session
+            else:
+                state = stub.GetSession(pb.GetSessionRequest(**scope), timeout=10)
             overshoot.append(state.window_tokens)
             if (i + 1) % 20 == 0:
                 print(
@@ -195,10 +204,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--sample", type=int, default=0, help="which conversation")
-    parser.add_argument("--turns", type=int, default=120, help="turns replayed (0 = all)")
-    parser.add_argument("--styles", default="rewrite,extend")
+    parser.add_argument("--turns", type=int, default=200, help="turns replayed (0 = all)")
+    parser.add_argument("--styles", default="extend,rewrite")
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--summary", type=int, default=256)
+    parser.add_argument(
+        "--pace",
+        choices=["flush", "burst"],
+        default="flush",
+        help="flush: each turn after the previous merges committed; burst: back to back",
+    )
     parser.add_argument("--flush-timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "summary_merge.json")
     parser.add_argument("--show-summary", action="store_true")
@@ -213,7 +228,7 @@ def main() -> int:
     }
     print(
         f"LoCoMo {conversation.sample_id}: {len(turns)} turns, window {args.window}, "
-        f"summary {args.summary} tokens",
+        f"summary {args.summary} tokens, pace {args.pace}",
         flush=True,
     )
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}

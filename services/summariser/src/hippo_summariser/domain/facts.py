@@ -61,6 +61,11 @@ COMMON = frozenset((
     "which", "while", "who", "whose", "why", "with", "within", "without", "yesterday", "yet",
     "you", "your", "recently", "afterwards", "besides", "instead", "otherwise", "none", "user",
     "assistant", "system", "tool",
+    # chat words that open sentences and get capitalised mid-sentence after a quote or dash
+    "hey", "hi", "hello", "oh", "wow", "yeah", "yes", "yep", "yup", "no", "nope", "ok", "okay",
+    "thanks", "thank", "sure", "cool", "great", "awesome", "nice", "good", "glad", "sorry",
+    "congrats", "sounds", "lol", "haha", "omg", "btw", "fyi", "tbh", "imo", "idk", "aww",
+    "ugh", "hmm", "please", "bye", "love", "well", "just", "really", "totally", "definitely",
 ))  # fmt: skip
 # Words that may follow a number as its unit without being one ("3 of them").
 _NOT_UNIT = COMMON | {"am", "pm", "is", "are", "was", "were", "be", "or", "and"}

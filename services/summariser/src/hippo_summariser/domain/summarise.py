@@ -87,7 +87,18 @@ async def _attempt(
         prose = _join(summary, new)
     else:
         prose = new
-    return _Attempt(prose, len(said) - len(honest))
+    return _Attempt(_unique(prose), len(said) - len(honest))
+
+
+def _unique(prose: str) -> str:
+    """Each sentence once (a small model restates what the summary already says)."""
+    seen: set[str] = set()
+    out = []
+    for sentence in facts.sentences(prose):
+        if sentence.lower() not in seen:
+            seen.add(sentence.lower())
+            out.append(sentence)
+    return " ".join(out)
 
 
 async def fit(
