@@ -183,6 +183,18 @@ async def test_a_sentence_repeated_by_the_llm_is_kept_once() -> None:
     assert out.summary.count("Porto") == 1 and "Rui and Marta came" in out.summary
 
 
+async def test_an_empty_rewrite_keeps_the_old_summary() -> None:
+    old = "Ana likes quiet mornings by the sea."  # no facts to carry
+    out = await summarise(
+        old,
+        DROPPED,
+        ScriptedLlm("- "),
+        WordCounter(),
+        SummaryConfig(summary_tokens=200, style="rewrite", strict_retry=False),
+    )
+    assert out.summary.startswith(old) and out.kept == out.facts and out.llm_calls == 1
+
+
 async def test_extend_style_retells_the_new_turns_after_the_summary() -> None:
     old = "Ana lives in Lisbon."
     llm = ScriptedLlm(

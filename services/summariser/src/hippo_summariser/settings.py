@@ -109,7 +109,10 @@ class SummariserSettings(ServiceSettings):
         "grace_seconds + drain_seconds under the pod's termination period.",
     )
     flush_max_seconds: float = Field(
-        300.0, gt=0, description="Longest a Flush without a deadline waits for merges."
+        300.0,
+        gt=0,
+        description="Longest a Flush whose caller set no deadline waits for merges (with a "
+        "deadline, Flush waits until just before it).",
     )
     llm_greedy: bool = Field(
         True, description="Greedy decoding for merges (reproducible summaries)."

@@ -175,14 +175,19 @@ def clean(text: str, *, cut_by_length: bool) -> str:
     for marker in STOP[2:]:
         text = text.split(marker, 1)[0]
     text = _unjson(text.strip())
-    text = re.sub(r"^\s*(?:#{1,6}|[-*•>]|\d+[.)])\s+", "", text)
+    text = re.sub(r"^\s*(?:#{1,6}|[-*•>]|\d+[.)])(?:\s+|$)", "", text)
     text = re.sub(r"\*\*|__|`", "", text)
     text = re.sub(r"^(?:Note|Summary)\s*:\s*", "", text, flags=re.I)
     seen: set[str] = set()
     kept: list[str] = []
     for sentence in sentences(" ".join(text.split())):
         norm = sentence.lower()
-        if norm not in seen and not _is_list(sentence) and not norm.startswith(REPAIR):
+        if (
+            norm not in seen
+            and re.search(r"\w", sentence)
+            and not _is_list(sentence)
+            and not norm.startswith(REPAIR)
+        ):
             seen.add(norm)
             kept.append(sentence)
     if cut_by_length and kept and not re.search(r"[.!?)\"']$", kept[-1]):

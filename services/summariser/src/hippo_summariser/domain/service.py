@@ -73,12 +73,12 @@ class SummariserService:
         return await self._view(key)
 
     async def flush(self, key: SessionKey, time_remaining: float | None) -> SessionView:
-        """Wait for the session's merges, but answer before the caller's deadline: a
-        margin is kept to read and send the state."""
+        """Wait for the session's merges until just before the caller's deadline (a margin
+        is kept to read and send the state); a call without one waits flush_max_seconds."""
         validation.check_session(key.tenant, key.user, key.session)
         wait = self._budgets.flush_max_seconds
         if time_remaining is not None:
-            wait = min(wait, time_remaining - min(1.0, 0.1 * time_remaining))
+            wait = time_remaining - min(1.0, 0.1 * time_remaining)
         session = await asyncio.to_thread(self._store.load, key)
         if session is not None and self._needs_work(session):
             self._merger.schedule(key)

@@ -83,7 +83,11 @@ async def _attempt(
         held = {s.lower() for s in facts.sentences(summary)}
         honest = [s for s in honest if s.lower() not in held]
     new = " ".join(honest)
-    if config.style == "extend" or (carried and facts.kept_count(carried, new) * 2 < len(carried)):
+    if (
+        config.style == "extend"
+        or not new
+        or (carried and facts.kept_count(carried, new) * 2 < len(carried))
+    ):
         prose = _join(summary, new)
     else:
         prose = new
