@@ -244,6 +244,9 @@ def test_build_context_counts_exactly_and_places_memories_first_query_last(
             timeout=60,
         )
         assert built.tokens.budget == 512 and 0 < built.tokens.total <= 512
+        # What was used is in the audit log, and the note is written from that entry.
+        assert built.audit_seq > 0 and "Memories used: " in built.disclosure_note
+        assert built.memory_ids_used[0] in built.disclosure_note
         exact = injection.CountTokens(
             injection_pb2.CountTokensRequest(text=built.prompt), timeout=30
         )
@@ -293,6 +296,9 @@ def test_chat_streams_a_reply_and_remembers_the_exchange(cluster: LocalCluster) 
         tokens = [e.token for e in events if e.WhichOneof("event") == "token"]
         assert [t.index for t in tokens] == list(range(len(tokens)))
         end = events[-1].end
+        start = events[0].start
+        assert "Influence: off." in start.disclosure_note
+        assert end.audit_seq > 0  # the exchange's entry: what ReportOutcome refers to
         assert end.finish_reason in ("length", "eos_token", "stop_sequence")
         assert 1 <= end.generated_tokens <= 8 and end.user_memory_id
         reply = "".join(t.text for t in tokens).strip()

@@ -57,7 +57,7 @@ class FakeRecall:
         self.hits = hits
         self.queries: list[RecallQuery] = []
 
-    async def recall(self, tenant: str, query: RecallQuery) -> Recalled:
+    async def recall(self, tenant: str, query: RecallQuery, *, audited: bool = True) -> Recalled:
         self.queries.append(query)
         return Recalled(self.hits[: query.top_k], len(self.hits), len(self.hits))
 

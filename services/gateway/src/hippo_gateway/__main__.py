@@ -88,6 +88,7 @@ def build(settings: GatewaySettings) -> Service:
             sessions,
             GrpcTokenizer(injection),
             ContextConfig(settings.system_prompt, settings.default_token_budget),
+            recorder=recorder,
         )
         servicer.chat = ChatService(
             memory, builder, TgiLlm(settings.llm_url, settings.llm_timeout_seconds)

@@ -10,6 +10,7 @@ from hippo.summariser.v1 import summariser_pb2
 from hippo_core.errors import InvalidArgument
 from hippo_gateway.domain.audit import AuditRecord, Outcome, Verification
 from hippo_gateway.domain.chat import ChatEvent, Influence, Started, Token
+from hippo_gateway.domain.context import Disclosed
 from hippo_gateway.domain.memory import ForgetTarget
 from hippo_gateway.domain.models import (
     BuiltContext,
@@ -313,9 +314,8 @@ def token_counts(ctx: BuiltContext) -> memory_pb2.TokenCounts:
     )
 
 
-def build_context_response(
-    ctx: BuiltContext, note: str, audit_seq: int
-) -> memory_pb2.BuildContextResponse:
+def build_context_response(disclosed: Disclosed) -> memory_pb2.BuildContextResponse:
+    ctx = disclosed.context
     return memory_pb2.BuildContextResponse(
         messages=[
             memory_pb2.ChatMessage(role=_CHAT_ROLES[m.role], text=m.text) for m in ctx.messages
@@ -329,19 +329,19 @@ def build_context_response(
         tokens=token_counts(ctx),
         memory_ids_used=[h.memory.memory_id for h in ctx.memories_used],
         summary=ctx.summary,
-        disclosure_note=note,
+        disclosure_note=disclosed.note,
         prompt=ctx.prompt,
-        audit_seq=audit_seq,
+        audit_seq=disclosed.audit_seq,
     )
 
 
-def chat_response(event: ChatEvent, note: str = "", audit_seq: int = 0) -> memory_pb2.ChatResponse:
+def chat_response(event: ChatEvent) -> memory_pb2.ChatResponse:
     if isinstance(event, Started):
         ctx = event.context
         return memory_pb2.ChatResponse(
             start=memory_pb2.ChatStart(
                 memory_ids_used=[h.memory.memory_id for h in ctx.memories_used],
-                disclosure_note=note,
+                disclosure_note=event.note,
                 tokens=token_counts(ctx),
             )
         )
@@ -355,7 +355,7 @@ def chat_response(event: ChatEvent, note: str = "", audit_seq: int = 0) -> memor
             generated_tokens=event.generated_tokens,
             user_memory_id=event.user_memory_id,
             assistant_memory_id=event.assistant_memory_id,
-            audit_seq=audit_seq,
+            audit_seq=event.audit_seq,
         )
     )
 

@@ -81,7 +81,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.BuildContextRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.BuildContextResponse:
         tenant = self._auth.tenant(context.invocation_metadata())
-        built = await self._context().build(
+        disclosed = await self._context().build_disclosed(
             tenant,
             request.scope.user_id,
             request.scope.session_id,
@@ -91,7 +91,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             mode=convert.mode(request.mode),
             top_k=request.top_k,
         )
-        return convert.build_context_response(built, note="", audit_seq=0)
+        return convert.build_context_response(disclosed)
 
     async def Chat(
         self, request: memory_pb2.ChatRequest, context: grpc.aio.ServicerContext

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hippo_core.errors import InvalidArgument, Unimplemented
 from hippo_gateway.domain import validation
+from hippo_gateway.domain.audit import AuditEvent
 from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.models import BuiltContext, Generation, Role, TurnIn
@@ -34,6 +35,7 @@ class Influence:
 @dataclass(frozen=True)
 class Started:
     context: BuiltContext
+    note: str
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Finished:
     generated_tokens: int
     user_memory_id: str
     assistant_memory_id: str
+    audit_seq: int
 
 
 ChatEvent = Started | Token | Finished
@@ -110,13 +113,20 @@ class ChatService:
             query_field="message",
             max_query_bytes=validation.MAX_TEXT_BYTES,
         )
+        # No memtok store here, so nothing is ever selected; OFF is the default (the
+        # sweep found residual influence does not help this model: docs/injection.md).
+        mode = Influence.OFF if influence == Influence.DEFAULT else influence
+        influence_body = {"influence_mode": mode, "influences": []}
         if context.budget + generation.max_new_tokens > context.context_length:
             raise InvalidArgument(
                 "token_budget",
                 f"token_budget {context.budget} + max_new_tokens {generation.max_new_tokens} "
                 f"exceeds the model's context length {context.context_length}",
             )
-        yield Started(context)
+        disclosed = await self._context.disclose(
+            tenant, user, session, message, context, influence_body
+        )
+        yield Started(context, disclosed.note)
         pieces: list[str] = []
         finish, generated = "", 0
         async for piece in self._llm.stream(context.prompt, generation):
@@ -131,4 +141,21 @@ class ChatService:
             turns.append(TurnIn(Role.ASSISTANT, reply))
         stored = await self._memory.remember(tenant, user, session, turns)
         ids = [*stored.memory_ids, ""]
-        yield Finished(finish or "length", generated, ids[0], ids[1])
+        seq = 0
+        recorder = self._context.recorder
+        if recorder is not None:
+            exchange = AuditEvent(
+                tenant,
+                "chat",
+                user,
+                session,
+                tuple(stored.memory_ids),
+                body={
+                    "context_seq": disclosed.audit_seq,
+                    "finish_reason": finish or "length",
+                    "generated_tokens": generated,
+                    **influence_body,
+                },
+            )
+            seq = await recorder.record(exchange, wait=True)
+        yield Finished(finish or "length", generated, ids[0], ids[1], seq)

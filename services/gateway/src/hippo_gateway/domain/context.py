@@ -28,12 +28,14 @@ over, the lowest-priority piece goes and the prompt is counted again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from hippo_core.errors import InvalidArgument
-from hippo_gateway.domain import validation
+from hippo_gateway.domain import disclosure, validation
+from hippo_gateway.domain.audit import AuditEvent, AuditRecorder, context_event
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.models import (
     BuiltContext,
@@ -122,6 +124,13 @@ def alternate(messages: list[ChatMessage]) -> list[ChatMessage]:
     return head + merged
 
 
+@dataclass(frozen=True)
+class Disclosed:
+    context: BuiltContext
+    note: str
+    audit_seq: int  # 0 when no audit log is configured (or delivery is still pending)
+
+
 @dataclass
 class _Choice:
     exchanges: list[list[SessionTurn]]  # kept, oldest first
@@ -136,11 +145,17 @@ class ContextBuilder:
         sessions: Sessions,
         tokenizer: Tokenizer,
         config: ContextConfig | None = None,
+        recorder: AuditRecorder | None = None,
     ) -> None:
         self._memory = memory
         self._sessions = sessions
         self._tokenizer = tokenizer
         self._config = config or ContextConfig()
+        self._recorder = recorder
+
+    @property
+    def recorder(self) -> AuditRecorder | None:
+        return self._recorder
 
     async def build(
         self,
@@ -170,8 +185,10 @@ class ContextBuilder:
             mode=mode,
             top_k=top_k or validation.DEFAULT_TOP_K,
         )
+        # Not audited as a Recall: the "context" entry records what was used and skipped.
         recalled, state = await asyncio.gather(
-            self._memory.recall(tenant, recall), self._sessions.get(tenant, user, session)
+            self._memory.recall(tenant, recall, audited=False),
+            self._sessions.get(tenant, user, session),
         )
         window_ids = {t.memory_id for t in state.window}
         skipped = [
@@ -244,7 +261,61 @@ class ContextBuilder:
             prompt=counted.formatted,
             context_length=counted.context_length,
             window_ids=[t.memory_id for g in choice.exchanges for t in g],
+            lexical_candidates=recalled.lexical_candidates,
+            semantic_candidates=recalled.semantic_candidates,
+            layout=layout.value,
+            mode=mode.value,
         )
+
+    async def build_disclosed(
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        query: str,
+        **options: Any,
+    ) -> Disclosed:
+        """`build`, then the "context" audit entry and the disclosure note made from it."""
+        built = await self.build(tenant, user, session, query, **options)
+        return await self.disclose(tenant, user, session, query, built)
+
+    async def disclose(
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        query: str,
+        built: BuiltContext,
+        influence: Mapping[str, Any] | None = None,
+    ) -> Disclosed:
+        """Record what the prompt was built from (a "context" entry: memories used with
+        their scores and ranks, skipped and why, candidate counts, token counts; never
+        text) and write the note from that same entry, so it says exactly what the log
+        says. `influence` adds Chat's influence disclosure to the note."""
+        fingerprint = self._recorder.fingerprint(tenant, user, query) if self._recorder else ""
+        event = context_event(
+            tenant,
+            user,
+            session,
+            fingerprint,
+            used=built.memories_used,
+            skipped=built.skipped,
+            candidates=built.candidates,
+            lexical_candidates=built.lexical_candidates,
+            semantic_candidates=built.semantic_candidates,
+            mode=built.mode,
+            extra={
+                "layout": built.layout,
+                "tokens": {"budget": built.budget, "total": built.total_tokens},
+                "window": len(built.window_ids),
+                "summary": bool(built.summary),
+            },
+        )
+        seq = await self._recorder.record(event, wait=True) if self._recorder else 0
+        events = [event]
+        if influence is not None:
+            events.append(AuditEvent(tenant, "influence", user, session, body=influence))
+        return Disclosed(built, disclosure.note(events), seq)
 
     # -- assembly ----------------------------------------------------------------------
 

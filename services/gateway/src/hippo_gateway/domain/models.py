@@ -196,6 +196,10 @@ class BuiltContext:
     prompt: str  # exactly what the model reads (after its prompt format)
     context_length: int
     window_ids: list[str] = field(default_factory=list)
+    lexical_candidates: int = 0
+    semantic_candidates: int = 0
+    layout: str = "boundary_weighted"
+    mode: str = "hybrid"
 
     def zone_tokens(self, kind: ZoneKind) -> int:
         return sum(z.tokens for z in self.zones if z.kind == kind)
