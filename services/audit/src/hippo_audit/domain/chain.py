@@ -173,10 +173,11 @@ def verify_rows(rows: Iterable[Row], first_seq: int, prev_hash: bytes) -> Scan:
     """Check stored rows in seq order, starting at `first_seq` whose predecessor hashes to
     `prev_hash`. Stops at the first problem: a missing seq, a prev_hash that does not link
     to the previous entry, or a hash that does not match the entry's content."""
-    sha256, pack, magic = hashlib.sha256, _HEAD.pack, MAGIC
+    sha256, pack, join, magic = hashlib.sha256, _HEAD.pack, b"".join, MAGIC
     expected, prev, checked = first_seq, prev_hash, 0
-    for row in rows:
-        seq = row[0]
+    # Unpacked and joined by hand: this loop runs once per entry of the log, and this
+    # shape is ~1.5x faster than slicing the row (measured: bench/audit.py).
+    for seq, t, k, f1, f2, f3, f4, f5, f6, f7, f8, f9, stored_prev, stored in rows:
         if seq != expected:
             return Scan(
                 Problem(expected, f"entry missing: entry {expected} is absent (next is {seq})"),
@@ -184,10 +185,23 @@ def verify_rows(rows: Iterable[Row], first_seq: int, prev_hash: bytes) -> Scan:
                 expected - 1,
                 prev,
             )
-        fields = row[3:12]
         try:
+            lengths = pack(
+                seq,
+                t,
+                k,
+                len(f1),
+                len(f2),
+                len(f3),
+                len(f4),
+                len(f5),
+                len(f6),
+                len(f7),
+                len(f8),
+                len(f9),
+            )
             computed = sha256(
-                prev + magic + pack(seq, row[1], row[2], *map(len, fields)) + b"".join(fields)
+                join((prev, magic, lengths, f1, f2, f3, f4, f5, f6, f7, f8, f9))
             ).digest()
         except (TypeError, struct.error):
             return Scan(
@@ -196,7 +210,7 @@ def verify_rows(rows: Iterable[Row], first_seq: int, prev_hash: bytes) -> Scan:
                 seq - 1,
                 prev,
             )
-        if row[12] != prev:
+        if stored_prev != prev:
             return Scan(
                 Problem(seq, f"broken link: prev_hash is not the hash of entry {seq - 1}"),
                 checked,
@@ -204,7 +218,7 @@ def verify_rows(rows: Iterable[Row], first_seq: int, prev_hash: bytes) -> Scan:
                 prev,
             )
         checked += 1
-        if row[13] != computed:
+        if stored != computed:
             return Scan(
                 Problem(seq, "hash mismatch: the entry's content does not match its hash"),
                 checked,
