@@ -80,14 +80,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def appends(addr: str, writers: int, seconds: float) -> dict[str, Any]:
+def appends(addr: str, writers: int, seconds: float, method: str = "Append") -> dict[str, Any]:
     """`writers` threads, each with blocking calls on one shared channel. Requests are
     built and serialised beforehand, so the client's own Python time (it shares the CPUs
-    with the service) is not charged to the service's latency."""
+    with the service) is not charged to the service's latency. `method="Head"` measures
+    the floor: a call that does nothing, through the same server, interceptors and
+    client."""
     per_writer = int(seconds * 2000) + 1  # more than a writer can send in `seconds`
     prepared = [
         [
             audit_pb2.AppendRequest(entries=[entry(i, w)]).SerializeToString()
+            if method == "Append"
+            else b""
             for i in range(per_writer)
         ]
         for w in range(writers)
@@ -96,9 +100,9 @@ def appends(addr: str, writers: int, seconds: float) -> dict[str, Any]:
     lock = threading.Lock()
     with grpc.insecure_channel(addr) as channel:
         call = channel.unary_unary(
-            "/hippo.audit.v1.AuditService/Append",
+            f"/hippo.audit.v1.AuditService/{method}",
             request_serializer=lambda raw: raw,
-            response_deserializer=audit_pb2.AppendResponse.FromString,
+            response_deserializer=lambda raw: raw,
         )
         for w in range(min(writers, 50)):  # warm-up: connection, each user's first key
             call(audit_pb2.AppendRequest(entries=[entry(0, w)]).SerializeToString(), timeout=30)
@@ -190,17 +194,22 @@ def main() -> None:
         with service_process("hippo_audit", "HIPPO_AUDIT_", env) as proc:
             wait_for(proc.addr, SERVICE, timeout=60)
             results = [appends(proc.addr, w, args.seconds) for w in levels]
+            floors = [appends(proc.addr, w, args.seconds / 2, "Head") for w in levels]
             verify = asyncio.run(grow_and_verify(proc.addr, args.verify_size))
     print(
         f"\nbare SQLite commit on this disk (WAL, synchronous=FULL): p50 {floor['p50_ms']:.2f} ms,"
         f" p99 {floor['p99_ms']:.2f} ms"
     )
     print("\nappend (one entry per call, gRPC, WAL + synchronous=FULL, group commit)")
-    print(f"{'writers':>8} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
-    for r in results:
+    print(
+        f"{'writers':>8} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}"
+        f"   | no-op Head: {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7}"
+    )
+    for r, f in zip(results, floors, strict=True):
         print(
             f"{r['writers']:>8} {r['per_second']:>10.0f} {r['p50_ms']:>8.2f} "
-            f"{r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}"
+            f"{r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}   |             {f['per_second']:>8.0f} "
+            f"{f['p50_ms']:>7.2f} {f['p99_ms']:>7.2f}"
         )
     print(
         f"\nverify (chain + {verify['checkpoints']} checkpoints, gRPC): {verify['entries']} "
@@ -214,7 +223,7 @@ def main() -> None:
     print(f"target verify >= 100k entries/s: {hit} ({verify['per_second']:,.0f}/s)")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "audit.json").write_text(
-        json.dumps({"fsync": floor, "append": results, "verify": verify}, indent=2)
+        json.dumps({"fsync": floor, "append": results, "head": floors, "verify": verify}, indent=2)
     )
 
 
