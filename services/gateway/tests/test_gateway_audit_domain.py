@@ -163,6 +163,24 @@ async def test_wait_returns_the_seq_once_delivered(spool: SqliteSpool) -> None:
     await rec.close()
 
 
+async def test_during_an_outage_callers_do_not_wait_for_a_seq(spool: SqliteSpool) -> None:
+    """Once a delivery has failed, record(wait=True) answers 0 at once instead of waiting
+    seq_wait_seconds (here an hour) on every call; the event is spooled all the same."""
+    log = FakeLog()
+    log.down = True
+    config = RecorderConfig(seq_wait_seconds=3600, retry_min_seconds=0.01, retry_max_seconds=0.05)
+    rec = AuditRecorder(log, spool, b"k" * 32, config)
+    await rec.start()
+    await rec.record(event(1))
+    await until(lambda: log.down and not rec._reachable)
+    assert await asyncio.wait_for(rec.record(event(2), wait=True), timeout=30) == 0
+    assert spool.depth() == 2
+    log.down = False
+    await until(lambda: spool.depth() == 0)
+    assert await asyncio.wait_for(rec.record(event(3), wait=True), timeout=30) == 3
+    await rec.close()
+
+
 async def test_fail_closed_records_first_or_refuses(spool: SqliteSpool) -> None:
     log = FakeLog()
     rec = recorder(log, spool, fail_closed=True)

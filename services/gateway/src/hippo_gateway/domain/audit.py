@@ -194,6 +194,9 @@ class AuditRecorder:
         self._delivering = asyncio.Lock()  # one delivery at a time keeps the spool's order
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # False while deliveries fail: callers that would wait for a seq do not wait
+        # (an outage must not add seq_wait_seconds to every BuildContext).
+        self._reachable = True
 
     @property
     def fail_closed(self) -> bool:
@@ -232,7 +235,7 @@ class AuditRecorder:
         """
         if self._config.fail_closed:
             return await self.record_now(event)
-        waiter = self._waiter(event.event_id) if wait else None
+        waiter = self._waiter(event.event_id) if wait and self._reachable else None
         with metrics.AUDIT_RECORD_SECONDS.labels("spool").time():
             await self._put([event])
         metrics.AUDIT_SPOOLED.inc()
@@ -259,6 +262,7 @@ class AuditRecorder:
         """Spooled in every mode, never refused: Forget's entry and (for a whole user) the
         destruction of the user's key, spooled together; notes about writes that failed.
         Returns the seq when `wait` and delivered within seq_wait_seconds, else 0."""
+        wait = wait and self._reachable
         waiter = self._waiter(event.event_id) if wait else None
         erased = self._waiter(erase.event_id) if wait and erase is not None else None
         await self._put([event, erase] if erase is not None else [event])
@@ -359,6 +363,7 @@ class AuditRecorder:
                     await self._drain_all()
                 pause = self._config.retry_min_seconds
             except RETRYABLE as exc:
+                self._reachable = False
                 metrics.AUDIT_FAILURES.labels(exc.code.value).inc()
                 log.warning(
                     "audit: delivery failed (%s); %d items spooled",
@@ -402,6 +407,7 @@ class AuditRecorder:
 
     async def _delivered(self, items: Sequence[tuple[int, Item]], seqs: Sequence[int]) -> None:
         await self._spool.remove([spool_id for spool_id, _ in items])
+        self._reachable = True
         metrics.AUDIT_DELIVERED.inc(len(items))
         metrics.AUDIT_SPOOL_DEPTH.set(self._spool.depth())
         for (_, item), seq in zip(items, seqs, strict=True):
