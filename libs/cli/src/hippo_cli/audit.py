@@ -70,9 +70,23 @@ def verify(
     reply, head = api.run(call())
     cp = reply.latest_checkpoint
     if as_json:
-        out = json_format.MessageToDict(reply, preserving_proto_field_name=True)
-        out["public_key"] = head.public_key.hex()
-        out["writable"] = head.writable
+        out: dict[str, Any] = {
+            "ok": reply.ok,
+            "entries_checked": reply.entries_checked,
+            "first_bad_seq": reply.first_bad_seq,
+            "reason": reply.reason,
+            "head_seq": reply.head_seq,
+            "head_hash": reply.head_hash,
+            "checkpoints_checked": reply.checkpoints_checked,
+            "latest_checkpoint": (
+                {"size": cp.size, "hash": cp.hash, "time_us": cp.time_us, "key_id": cp.key_id}
+                if reply.HasField("latest_checkpoint")
+                else None
+            ),
+            "public_key": head.public_key.hex(),
+            "writable": head.writable,
+            "problem": head.problem,
+        }
         click.echo(json.dumps(out))
     else:
         verdict = "OK" if reply.ok else f"FAILED at entry {reply.first_bad_seq}: {reply.reason}"
