@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -284,6 +286,33 @@ def test_verify_audit_checks_its_range(cluster: Cluster, stub: Stub) -> None:
         )
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("from_seq:")
+
+
+def test_hippo_audit_show_lists_a_users_entries(cluster: Cluster, stub: Stub) -> None:
+    user = uid("shown")
+    ids = remember(stub, "acme", user, ["shown through the CLI"])
+    eventually(lambda: entries(stub, "acme", user) or None, "the remember entry")
+    env = {
+        **os.environ,
+        "HIPPO_CLI_GATEWAY_ADDR": cluster.gateway.addr,
+        "HIPPO_CLI_API_KEY": "key-acme",
+    }
+    hippo = str(Path(sys.executable).parent / "hippo")
+    shown = subprocess.run(
+        [hippo, "audit", "show", "--user", user, "--json"], env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    [line] = shown.stdout.splitlines()
+    record = json.loads(line)
+    assert record["event_type"] == "remember" and record["memory_ids"] == ids
+    text = subprocess.run(
+        [hippo, "audit", "show", "--user", user], env=env, capture_output=True, text=True
+    )
+    assert text.returncode == 0 and " remember " in text.stdout and user in text.stdout
+    nobody = subprocess.run(
+        [hippo, "audit", "show", "--user", uid("nobody")], env=env, capture_output=True, text=True
+    )
+    assert nobody.stdout.startswith("no audit entries for user")
 
 
 def _spool_depth(gateway: ServiceProcess) -> float:
