@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import dev_texts
+from embedding_harness import dev_texts
 
 PARAPHRASES = [
     ("How do I reset my password?", "What are the steps to change my login password?"),

@@ -7,7 +7,7 @@ import threading
 import time
 
 import grpc
-from conftest import FULL_NAME
+from embedding_harness import FULL_NAME
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.testing import health_status, service_process, wait_for

@@ -6,7 +6,7 @@ import uuid
 
 import grpc
 import pytest
-from conftest import Cluster, key_of
+from gateway_harness import Cluster, key_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

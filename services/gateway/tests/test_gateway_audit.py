@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import grpc
 import pytest
-from conftest import (
+from gateway_harness import (
     AUDIT,
     GATEWAY,
     RETRIEVAL,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import GATEWAY, RETRIEVAL, gateway_process, key_of, retrieval_process
+from gateway_harness import GATEWAY, RETRIEVAL, gateway_process, key_of, retrieval_process
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.testing import ServiceProcess, free_port, wait_for

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import FULL_NAME, MODEL_DIR
+from injection_harness import FULL_NAME, MODEL_DIR
 
 from hippo_core.testing import free_port, health_status, service_process
 

@@ -8,7 +8,7 @@ import signal
 import threading
 from pathlib import Path
 
-from conftest import Injection, append, exchange, flush, get, ready, stub, summariser
+from summariser_harness import Injection, append, exchange, flush, get, ready, stub, summariser
 from tgi_double import TgiDouble
 
 from hippo_core.testing import metric, scrape

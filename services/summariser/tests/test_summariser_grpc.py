@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Injection, append, exchange, flush, get, ready, stub, summariser
+from summariser_harness import Injection, append, exchange, flush, get, ready, stub, summariser
 from tgi_double import TgiDouble, echo, last_case, note
 
 from hippo.memory.v1 import memory_pb2

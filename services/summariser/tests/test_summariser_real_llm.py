@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Injection, append, flush, ready, stub, summariser
+from summariser_harness import Injection, append, flush, ready, stub, summariser
 
 from hippo.memory.v1 import memory_pb2
 from hippo.summariser.v1 import summariser_pb2 as pb
