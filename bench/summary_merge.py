@@ -17,7 +17,7 @@ Also measures what a token count costs: CountTokens over gRPC per turn vs loadin
 same tokenizer.json in-process (load time, RSS, per-turn time).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--turns 200] \
-        [--styles extend,rewrite] [--pace flush|burst] [--window 1024] [--summary 256] \
+        [--styles rewrite,extend] [--pace flush|burst] [--window 1024] [--summary 256] \
         [--json out.json] [--show-summary]
 """
 
@@ -205,7 +205,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--sample", type=int, default=0, help="which conversation")
     parser.add_argument("--turns", type=int, default=200, help="turns replayed (0 = all)")
-    parser.add_argument("--styles", default="extend,rewrite")
+    parser.add_argument("--styles", default="rewrite,extend")
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--summary", type=int, default=256)
     parser.add_argument(

@@ -92,7 +92,7 @@ def service(
         window_tokens=WINDOW,
         low_water_tokens=40,
         max_input_tokens=1000,
-        summary=SummaryConfig(summary_tokens=400),
+        summary=SummaryConfig(summary_tokens=400, style="extend"),
         backoff_initial_seconds=0.01,
         backoff_max_seconds=0.05,
         drain_seconds=0.1,

@@ -20,12 +20,17 @@ def echo(prompt: str) -> str:
     with "Note:") gets the old summary then each new line as a sentence; "extend" (the
     note is pre-filled with the first speaker's name) gets the continuation of a
     retelling of the new lines only. Ends with the newline a TGI stop sequence leaves."""
-    old, lines = last_case(prompt)
-    said = " ".join(x.replace(": ", " said: ", 1).rstrip(".") + "." for x in lines)
+    old, _ = last_case(prompt)
+    new = said(prompt)
     if prompt.endswith("Note:"):
-        return f" {'' if old == 'none yet.' else old} {said}".rstrip() + "\n"
+        return f" {'' if old == 'none yet.' else old} {new}".rstrip() + "\n"
     anchor = prompt.rsplit("Note: ", 1)[1]
-    return said[len(anchor) :] + "\n"
+    return new[len(anchor) :] + "\n"
+
+
+def said(prompt: str) -> str:
+    """The new lines retold, as both styles' notes end."""
+    return " ".join(x.replace(": ", " said: ", 1).rstrip(".") + "." for x in last_case(prompt)[1])
 
 
 def note(prompt: str) -> str:

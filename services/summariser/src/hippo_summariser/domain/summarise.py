@@ -34,7 +34,7 @@ MAX_MUST = 24  # facts listed in the stricter prompt (a longer list drowns the t
 @dataclass(frozen=True)
 class SummaryConfig:
     summary_tokens: int
-    style: str = "extend"  # "extend" | "rewrite" (prompt.py)
+    style: str = "rewrite"  # "rewrite" | "extend" (prompt.py)
     strict_retry: bool = True
     max_chars_per_turn: int = 2000
 
