@@ -198,7 +198,9 @@ async def test_reindex_rebuilds_while_searches_and_writes_continue(tmp_path: Pat
         assert not (tmp_path / "indexes" / "g000001").exists()  # the old one is gone
         assert (tmp_path / "indexes" / "CURRENT").read_text().strip() == "2"
 
-        await service.write("t1", [turn("after the switch")], wait_searchable=True, timeout=2.0)
+        await service.write(  # a vector of its own: seed 0 would tie with turns[0]
+            "t1", [turn("after the switch", seed=99_999)], wait_searchable=True, timeout=2.0
+        )
         after = await service.search(scope, "topic5", None, Mode.LEXICAL, 100)
         assert len(before.hits) >= 43  # i % 7 == 5 for 43 of 0..299 (and their successors)
         late_ids = {t.memory_id for t in late}  # the first late write quotes turn 299 (topic5)

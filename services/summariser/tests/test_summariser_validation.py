@@ -155,6 +155,17 @@ async def test_the_summary_never_exceeds_its_cap() -> None:
     assert "number 0 " not in out.summary and "number 39 " in out.summary
 
 
+async def test_when_even_the_facts_overflow_the_newest_facts_are_kept() -> None:
+    dropped = [
+        turn(i, Role.USER if i % 2 == 0 else Role.ASSISTANT, f"Booking ref ZX-{7000 + i}.")
+        for i in range(12)
+    ]
+    llm = ScriptedLlm(lambda p: "They talked about trips.")  # keeps none of the refs
+    out = await summarise("", dropped, llm, WordCounter(), SummaryConfig(summary_tokens=6))
+    assert len(out.summary.split()) <= 6 and 0 < out.kept < out.facts
+    assert "ZX-7011" in out.summary and "ZX-7000" not in out.summary
+
+
 async def test_a_rewrite_that_forgets_the_old_summary_keeps_it() -> None:
     old = "Ana lives in Lisbon with Joana since 2020 and works at Feedzai."
     out = await summarise(

@@ -7,7 +7,8 @@
 4. Append the still-missing facts in one compact sentence, and fit the result in
    `summary_tokens` (counted with the model's tokenizer): the oldest prose sentences go
    first, then facts of the old summary, then (only if even the facts alone are too long)
-   the last facts of the dropped turns. The retention reported is what survives.
+   the oldest facts of the dropped turns, so a summary always ends with the newest ones.
+   The retention reported is what survives.
 
 Facts of the old summary are carried too: a rewrite that loses most of them is treated as
 an extension (old summary + the new text), and those it lost are re-added when they fit.
@@ -126,7 +127,7 @@ async def fit(
                 return candidate, n
     listed = list(required)
     while listed:
-        listed.pop()
+        listed.pop(0)  # oldest first, as with the prose: the newest facts matter most next
         candidate = facts.facts_sentence(listed)
         n = (await counter.count([candidate]))[0] if candidate else 0
         if n <= cap:
