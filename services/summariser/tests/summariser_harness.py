@@ -74,6 +74,7 @@ def summariser(
         f"{PREFIX}DATA_DIR": str(data_dir),
         f"{PREFIX}INJECTION_ADDR": injection_addr,
         f"{PREFIX}LLM_URL": llm_url,
+        f"{PREFIX}AUDIT_ADDR": "",  # tests that want an audit log pass audit_addr=...
         # Small budgets so a few turns make merges; quick retries.
         f"{PREFIX}WINDOW_TOKENS": "96",
         f"{PREFIX}SUMMARY_TOKENS": "192",

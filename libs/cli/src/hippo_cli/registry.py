@@ -54,18 +54,19 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "hippo_retrieval.settings:RetrievalSettings",
         "hippo.retrieval.v1.RetrievalService",
     ),
-    # Counts tokens with the injection service and merges through its HTTP API: after it.
-    ServiceSpec(
-        "summariser",
-        "hippo_summariser",
-        "hippo_summariser.settings:SummariserSettings",
-        "hippo.summariser.v1.SummariserService",
-    ),
     ServiceSpec(
         "audit",
         "hippo_audit",
         "hippo_audit.settings:AuditSettings",
         "hippo.audit.v1.AuditService",
+    ),
+    # Counts tokens with the injection service, merges through its HTTP API and records
+    # merges in the audit log: after both.
+    ServiceSpec(
+        "summariser",
+        "hippo_summariser",
+        "hippo_summariser.settings:SummariserSettings",
+        "hippo.summariser.v1.SummariserService",
     ),
     # The gateway calls every other service: it starts last.
     ServiceSpec(

@@ -6,13 +6,16 @@ import asyncio
 from pathlib import Path
 
 import grpc
+import structlog
 
 from hippo.summariser.v1 import summariser_pb2, summariser_pb2_grpc
 from hippo_core import client
 from hippo_core.server.app import Service, run
+from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
 from hippo_summariser.adapters.token_counter import GrpcTokenCounter
+from hippo_summariser.domain.audit import AuditOutbox, OutboxConfig
 from hippo_summariser.domain.merge import MergeConfig, Merger
 from hippo_summariser.domain.ports import MergeObserver, NoObserver
 from hippo_summariser.domain.service import Budgets, SummariserService
@@ -21,6 +24,7 @@ from hippo_summariser.domain.validation import Limits
 from hippo_summariser.servicer import SummariserServicer
 from hippo_summariser.settings import SummariserSettings
 
+log = structlog.stdlib.get_logger("hippo.summariser")
 FULL_NAME = summariser_pb2.DESCRIPTOR.services_by_name["SummariserService"].full_name
 
 
@@ -45,6 +49,7 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
     """`observer` is the on_merge hook (e.g. the audit log's client); none by default."""
     servicer = SummariserServicer()
     opened: list[SummariserService] = []
+    outboxes: list[AuditOutbox] = []
     channels: list[grpc.aio.Channel] = []
 
     def register(server: grpc.aio.Server) -> None:
@@ -71,7 +76,22 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
                 repetition_penalty=settings.llm_repetition_penalty,
             ),
         )
-        merger = Merger(store, counter, llm, merge_config(settings), observer or NoObserver())
+        outbox = None
+        if settings.audit_addr:
+            audit = client.channel(settings.audit_addr, settings.client)
+            channels.append(audit)
+            outbox = AuditOutbox(
+                store,
+                GrpcAuditSink(audit),
+                OutboxConfig(retry_max_seconds=settings.audit_retry_max_seconds),
+            )
+            outboxes.append(outbox)
+            outbox.start()  # delivers what a previous run left in the outbox
+        else:
+            log.warning("merges_not_audited", reason="HIPPO_SUMMARISER_AUDIT_ADDR is empty")
+        merger = Merger(
+            store, counter, llm, merge_config(settings), observer or NoObserver(), outbox=outbox
+        )
         service = SummariserService(
             store,
             counter,
@@ -84,6 +104,11 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         servicer.service = service
 
     async def close() -> None:
+        # The outbox first (it reads the store the service closes); what it has not
+        # delivered in a second stays queued for the next start.
+        for outbox in outboxes:
+            await outbox.drained(timeout=1.0)
+            await outbox.close()
         for service in opened:
             await service.close()
         for channel in channels:

@@ -74,3 +74,21 @@ SUMMARIES_ERASED = Counter(
     "hippo_summariser_summaries_erased",
     "Summaries erased by Forget because a turn merged into them was forgotten.",
 )
+AUDIT_OUTBOX = Gauge(
+    "hippo_summariser_audit_outbox",
+    "Merge events committed but not yet in the audit log (grows while it is unreachable).",
+)
+AUDIT_DEAD = Gauge(
+    "hippo_summariser_audit_outbox_dead",
+    "Merge events the audit service refused for good (INVALID_ARGUMENT: a bug), kept aside "
+    "in the outbox with the reason.",
+)
+AUDIT_DELIVERED = Counter(
+    "hippo_summariser_audit_events_delivered",
+    "Merge events appended to the audit log.",
+)
+AUDIT_FAILURES = Counter(
+    "hippo_summariser_audit_delivery_failures",
+    "Failed deliveries of the outbox to the audit service, by error (retried with backoff).",
+    ["error"],
+)

@@ -33,6 +33,16 @@ class SummariserSettings(ServiceSettings):
         "injection service's TGI-compatible API (its HIPPO_INJECTION_HTTP_PORT; `hippo up` "
         "sets this to where it listens); any TGI server works, e.g. http://tgi:80.",
     )
+    audit_addr: str = Field(
+        "127.0.0.1:50056",
+        description="The audit service: every committed merge is recorded there (ids, "
+        "facts checked and kept, retention; no text) through a durable outbox in the "
+        "session store, delivered in order and retried while the service is down. Empty: "
+        "merges are not recorded.",
+    )
+    audit_retry_max_seconds: float = Field(
+        30.0, gt=0, description="Longest wait between deliveries of the audit outbox."
+    )
     window_tokens: int = Field(
         1024,
         ge=16,

@@ -17,6 +17,10 @@ mode NORMAL may lose the last commits on power loss). A merge commit moves its t
 of the window and stores the new summary in the same transaction, so a crash at any
 point leaves either the old window and summary or the new ones.
 
+Audit outbox: a merge commit also queues its audit event (`audit_outbox`, ids and figures,
+no text) in the same transaction, and domain/audit.py delivers the queue to the audit
+service; so a merge is never committed unrecorded, whatever crashes when.
+
 Erasure: `secure_delete` zeroes freed content and every Forget ends with a truncating
 WAL checkpoint, so erased text is gone from the files, not only unreachable.
 
@@ -25,6 +29,8 @@ Tenancy is applied in SQL (`WHERE tenant = ? AND user_id = ?`) in every statemen
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sqlite3
 import threading
@@ -37,6 +43,7 @@ from typing import Any
 from hippo_core.errors import Aborted, FailedPrecondition
 from hippo_summariser.domain.models import (
     Forgotten,
+    MergeEvent,
     MergeOutcome,
     MergeStats,
     Role,
@@ -48,11 +55,11 @@ from hippo_summariser.domain.models import (
 
 _log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MAX_IN = 500  # bound parameters per IN (...): portable to old SQLite builds
 _ATTEMPTS = 3  # each waits busy_timeout for a lock another process holds
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE sessions (
     tenant             TEXT NOT NULL,
     user_id            TEXT NOT NULL,
@@ -89,6 +96,18 @@ CREATE TABLE turns (
 CREATE INDEX turns_by_state ON turns (tenant, user_id, session_id, state, seq);
 CREATE INDEX turns_by_memory ON turns (tenant, user_id, memory_id);
 """
+# Schema 2: merge events waiting for the audit service (delivered, then deleted; `dead`
+# holds the reason for one the service refused for good).
+_OUTBOX = """
+CREATE TABLE audit_outbox (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    event      TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    dead       TEXT
+);
+CREATE INDEX audit_outbox_live ON audit_outbox (dead, id);
+"""
+_SCHEMA = _TABLES + _OUTBOX
 
 _SESSION_COLUMNS = (
     "version, summary, summary_tokens, summary_rev, updated_us, merges, turns_merged, facts, "
@@ -133,8 +152,9 @@ class SqliteSessionStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version == 0:
-                for statement in _SCHEMA.split(";"):
+            if version in (0, 1):
+                # 1 -> 2 added the audit outbox; a fresh file gets everything.
+                for statement in (_SCHEMA if version == 0 else _OUTBOX).split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -264,6 +284,7 @@ class SqliteSessionStore:
         merged_seqs: Sequence[int],
         outcome: MergeOutcome,
         now_us: int,
+        event: MergeEvent | None = None,
     ) -> int | None:
         def work(conn: sqlite3.Connection) -> int | None:
             row = conn.execute(
@@ -310,10 +331,47 @@ class SqliteSessionStore:
                     key.session,
                 ),
             ).fetchone()
+            if event is not None:
+                conn.execute(
+                    "INSERT INTO audit_outbox (event, created_us) VALUES (?, ?)",
+                    (_dump_event(dataclasses.replace(event, version=int(version))), now_us),
+                )
             return int(version)
 
         result: int | None = self._write(work)
         return result
+
+    # -- audit outbox ------------------------------------------------------------------
+
+    def outbox_peek(self, limit: int) -> list[tuple[int, MergeEvent]]:
+        with self._locked() as conn:
+            rows = conn.execute(
+                "SELECT id, event FROM audit_outbox WHERE dead IS NULL ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [(int(i), _load_event(text)) for i, text in rows]
+
+    def outbox_remove(self, ids: Sequence[int]) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            for chunk in _chunks(ids):
+                marks = ",".join("?" * len(chunk))
+                conn.execute(f"DELETE FROM audit_outbox WHERE id IN ({marks})", tuple(chunk))
+
+        self._write(work)
+
+    def outbox_bury(self, outbox_id: int, reason: str) -> None:
+        self._write(
+            lambda conn: conn.execute(
+                "UPDATE audit_outbox SET dead = ? WHERE id = ?", (reason or "refused", outbox_id)
+            )
+        )
+
+    def outbox_depth(self) -> tuple[int, int]:
+        with self._locked() as conn:
+            live, dead = conn.execute(
+                "SELECT COUNT(*) - COUNT(dead), COUNT(dead) FROM audit_outbox"
+            ).fetchone()
+        return int(live), int(dead)
 
     def record_llm_failure(self, key: SessionKey) -> None:
         self._write(
@@ -466,3 +524,17 @@ def _load(conn: sqlite3.Connection, key: SessionKey) -> Session | None:
             llm_failures=int(failures),
         ),
     )
+
+
+def _dump_event(event: MergeEvent) -> str:
+    fields = dataclasses.asdict(event)
+    fields["key"] = [event.key.tenant, event.key.user, event.key.session]
+    fields["merged_memory_ids"] = list(event.merged_memory_ids)
+    return json.dumps(fields, sort_keys=True)
+
+
+def _load_event(text: str) -> MergeEvent:
+    fields: dict[str, Any] = json.loads(text)
+    tenant, user, session = fields.pop("key")
+    ids = tuple(fields.pop("merged_memory_ids"))
+    return MergeEvent(key=SessionKey(tenant, user, session), merged_memory_ids=ids, **fields)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +33,7 @@ import structlog
 from hippo_core.errors import HippoError
 from hippo_summariser import metrics
 from hippo_summariser.domain import trimming
+from hippo_summariser.domain.audit import AuditOutbox
 from hippo_summariser.domain.models import MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
     Llm,
@@ -73,6 +76,7 @@ class Merger:
         config: MergeConfig,
         observer: MergeObserver | None = None,
         *,
+        outbox: AuditOutbox | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
     ) -> None:
         self._store = store
@@ -80,6 +84,7 @@ class Merger:
         self._llm = llm
         self._config = config
         self._observer = observer or NoObserver()
+        self._outbox = outbox  # None: merges are not recorded (no audit service)
         self._jitter = jitter
         self._slots = asyncio.Semaphore(config.max_concurrent)
         self._tasks: dict[SessionKey, asyncio.Task[None]] = {}
@@ -214,18 +219,38 @@ class Merger:
                 )
             finally:
                 self._busy.discard(session.key)
+        seconds = time.monotonic() - started
+        now = now_us()
+        event = MergeEvent(
+            key=session.key,
+            version=0,  # the store sets the version the commit makes
+            merged_memory_ids=tuple(t.memory_id for t in turns),
+            summary_tokens=outcome.summary_tokens,
+            facts=outcome.facts,
+            kept_llm=outcome.kept_llm,
+            kept=outcome.kept,
+            retention_llm=outcome.retention_llm,
+            retention=outcome.retention,
+            llm_calls=outcome.llm_calls,
+            repaired=outcome.repaired,
+            seconds=seconds,
+            event_id=uuid.uuid4().hex,
+            time_us=now,
+        )
         version = await asyncio.to_thread(
             self._store.commit_merge,
             session.key,
             session.summary_rev,
             [t.seq for t in turns],
             outcome,
-            now_us(),
+            now,
+            event if self._outbox is not None else None,
         )
         if version is None:
             metrics.MERGES.labels("conflict").inc()
             return True  # plan again from the state that won
-        seconds = time.monotonic() - started
+        if self._outbox is not None:
+            self._outbox.notify()
         metrics.MERGES.labels("committed").inc()
         metrics.MERGE_SECONDS.observe(seconds)
         metrics.RETENTION.labels("llm").observe(outcome.retention_llm)
@@ -243,20 +268,7 @@ class Merger:
             llm_calls=outcome.llm_calls,
             seconds=round(seconds, 2),
         )
-        event = MergeEvent(
-            key=session.key,
-            version=version,
-            merged_memory_ids=tuple(t.memory_id for t in turns),
-            summary_tokens=outcome.summary_tokens,
-            facts=outcome.facts,
-            kept_llm=outcome.kept_llm,
-            kept=outcome.kept,
-            retention_llm=outcome.retention_llm,
-            retention=outcome.retention,
-            llm_calls=outcome.llm_calls,
-            repaired=outcome.repaired,
-            seconds=seconds,
-        )
+        event = dataclasses.replace(event, version=version)
         try:
             await self._observer.on_merge(event)
         except Exception as exc:

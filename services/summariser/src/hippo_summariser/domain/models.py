@@ -134,7 +134,10 @@ class MergeOutcome:
 
 @dataclass(frozen=True)
 class MergeEvent:
-    """Handed to the `on_merge` hook after a merge is committed (the audit log's entry)."""
+    """One committed merge, as the audit log records it (ids and figures, never text).
+    Queued in the store's outbox in the merge's own transaction (see domain/audit.py) and
+    handed to the `on_merge` hook after the commit. `event_id` is the idempotency key of
+    its delivery; `version` is the session version the merge committed."""
 
     key: SessionKey
     version: int
@@ -148,3 +151,5 @@ class MergeEvent:
     llm_calls: int
     repaired: bool
     seconds: float
+    event_id: str
+    time_us: int

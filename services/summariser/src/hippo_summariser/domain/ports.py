@@ -40,10 +40,29 @@ class SessionStore(Protocol):
         merged_seqs: Sequence[int],
         outcome: MergeOutcome,
         now_us: int,
+        event: MergeEvent | None = None,
     ) -> int | None:
         """Compare-and-set: if the summary is still at `expected_rev` and every merged turn
         is still in the window, replace the summary and move those turns out of the window
-        in one transaction; returns the new version. Otherwise changes nothing: None."""
+        in one transaction; returns the new version. Otherwise changes nothing: None.
+        `event` (its version set to the new one) joins the audit outbox in the same
+        transaction: a committed merge is never left unrecorded."""
+        ...
+
+    def outbox_peek(self, limit: int) -> list[tuple[int, MergeEvent]]:
+        """Up to `limit` oldest undelivered merge events with their outbox ids."""
+        ...
+
+    def outbox_remove(self, ids: Sequence[int]) -> None:
+        """Delivered: drop them from the outbox."""
+        ...
+
+    def outbox_bury(self, outbox_id: int, reason: str) -> None:
+        """Refused for good by the audit service (a bug): keep it aside, out of the queue."""
+        ...
+
+    def outbox_depth(self) -> tuple[int, int]:
+        """(events waiting, events buried)."""
         ...
 
     def record_llm_failure(self, key: SessionKey) -> None: ...
