@@ -1,0 +1,102 @@
+{{/*
+The non-secret settings of one service, as a YAML map of HIPPO_<SVC>_<FIELD> -> value:
+dict "root" $ "name" "gateway". The chart sets what wiring needs (bind address, ports,
+peers, data dir, grace); the service block's `env` adds or overrides the rest.
+*/}}
+{{- define "hippo.env" -}}
+{{- $root := .root -}}
+{{- $name := .name -}}
+{{- $svc := index $root.Values $name -}}
+{{- $info := index (fromYaml (include "hippo.catalog" $root)) $name -}}
+{{- $env := dict
+  "HOST" "0.0.0.0"
+  "PORT" (toString $svc.port)
+  "METRICS_PORT" (toString $svc.metricsPort)
+  "GRACE_SECONDS" (toString $svc.graceSeconds)
+  "OTLP_ENDPOINT" $root.Values.otlpEndpoint
+-}}
+{{- if $info.stateful }}
+{{- $_ := set $env "DATA_DIR" "/data" }}
+{{- end }}
+{{- if eq $name "gateway" }}
+{{- $_ := set $env "DATA_DIR" "/data" }}
+{{- $_ := set $env "EMBEDDING_ADDR" (include "hippo.addr" (dict "root" $root "name" "embedding")) }}
+{{- $_ := set $env "RETRIEVAL_ADDR" (include "hippo.addr" (dict "root" $root "name" "retrieval")) }}
+{{- $_ := set $env "SUMMARISER_ADDR" (include "hippo.addr" (dict "root" $root "name" "summariser")) }}
+{{- $_ := set $env "INJECTION_ADDR" (include "hippo.addr" (dict "root" $root "name" "injection")) }}
+{{- $_ := set $env "AUDIT_ADDR" (include "hippo.addr" (dict "root" $root "name" "audit")) }}
+{{- $_ := set $env "LLM_URL" (default (include "hippo.injectionHttpUrl" $root) $svc.llmUrl) }}
+{{- else if eq $name "retrieval" }}
+{{- $_ := set $env "QDRANT_URL" (include "hippo.qdrantUrl" $root) }}
+{{- else if eq $name "summariser" }}
+{{- $_ := set $env "DRAIN_SECONDS" (toString $svc.drainSeconds) }}
+{{- $_ := set $env "INJECTION_ADDR" (include "hippo.addr" (dict "root" $root "name" "injection")) }}
+{{- $_ := set $env "LLM_URL" (default (include "hippo.injectionHttpUrl" $root) $svc.llmUrl) }}
+{{- else if eq $name "injection" }}
+{{- $_ := set $env "HTTP_PORT" (toString $svc.httpPort) }}
+{{- $_ := set $env "MODEL_DIR" "/data/model" }}
+{{- if $svc.gpu.enabled }}
+{{- $_ := set $env "DEVICE" "cuda" }}
+{{- end }}
+{{- else if eq $name "audit" }}
+{{- if $svc.witness.enabled }}
+{{- $_ := set $env "WITNESS_PATH" "/witness/witness.log" }}
+{{- end }}
+{{- end }}
+{{- range $k, $v := $svc.env }}
+{{- $_ := set $env (upper $k) (toString $v) }}
+{{- end }}
+{{- range $k := keys $env | sortAlpha }}
+{{ printf "%s%s" $info.prefix $k }}: {{ index $env $k | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret of one service, as a YAML map of env name -> value, or nothing when the service
+has no secret settings or uses an existing Secret: dict "root" $ "name" "gateway".
+*/}}
+{{- define "hippo.secretEnv" -}}
+{{- $root := .root -}}
+{{- $svc := index $root.Values .name -}}
+{{- if eq .name "gateway" }}
+{{- if not $svc.existingSecret }}
+{{- if not $svc.apiKeys }}
+{{- fail "gateway.apiKeys is required (API key -> tenant; a key may be \"sha256:<hex>\"), or name a Secret in gateway.existingSecret: the gateway does not start without keys" }}
+{{- end }}
+{{- $key := $svc.auditFingerprintKey }}
+{{- if not $key }}
+{{- /* Keep the key of the installed release: fingerprints must not change on upgrade. */}}
+{{- $name := printf "%s-secret" (include "hippo.componentName" .) }}
+{{- $old := lookup "v1" "Secret" $root.Release.Namespace $name }}
+{{- if and $old $old.data (hasKey $old.data "HIPPO_GATEWAY_AUDIT_FINGERPRINT_KEY") }}
+{{- $key = index $old.data "HIPPO_GATEWAY_AUDIT_FINGERPRINT_KEY" | b64dec }}
+{{- else }}
+{{- $key = randBytes 32 }}
+{{- end }}
+{{- end }}
+HIPPO_GATEWAY_API_KEYS: {{ toJson $svc.apiKeys | quote }}
+HIPPO_GATEWAY_AUDIT_FINGERPRINT_KEY: {{ $key | quote }}
+{{- end }}
+{{- else if eq .name "audit" }}
+{{- if and (not $svc.existingSecret) $svc.signingKey }}
+HIPPO_AUDIT_SIGNING_KEY: {{ $svc.signingKey | quote }}
+{{- end }}
+{{- else if eq .name "retrieval" }}
+{{- if and (not $root.Values.externalQdrant.existingSecret) $root.Values.externalQdrant.apiKey }}
+HIPPO_RETRIEVAL_QDRANT_API_KEY: {{ $root.Values.externalQdrant.apiKey | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the Secret a service reads, or "" for none. */}}
+{{- define "hippo.secretName" -}}
+{{- $root := .root -}}
+{{- $svc := index $root.Values .name -}}
+{{- if and (eq .name "retrieval") $root.Values.externalQdrant.existingSecret }}
+{{- $root.Values.externalQdrant.existingSecret }}
+{{- else if and (hasKey $svc "existingSecret") $svc.existingSecret }}
+{{- $svc.existingSecret }}
+{{- else if include "hippo.secretEnv" . | trim }}
+{{- printf "%s-secret" (include "hippo.componentName" .) }}
+{{- end }}
+{{- end }}
