@@ -153,6 +153,27 @@ async def test_memories_already_in_the_window_are_not_repeated() -> None:
     assert [(s.memory_id, s.reason) for s in ctx.skipped] == [("w0", "in_window")]
 
 
+async def test_hits_in_the_window_do_not_crowd_out_top_k_memories() -> None:
+    """The best hits are the window's own turns (a long session); top_k memories from
+    outside it still fill the memories zone, in rank order."""
+    state = SessionState(window(6), "", 1)
+    in_window = [
+        Hit(Memory(t.memory_id, "u", "s", t.role, t.text, 1, "", {}, 1), 1.0, 1, 1, 1.0, 1.0)
+        for t in state.window
+    ]
+    older = [hit(i) for i in range(8)]
+    fake = FakeRecall([*in_window, *older])
+    ctx = await ContextBuilder(
+        fake,  # type: ignore[arg-type]
+        FakeSessions(state),
+        WordTokenizer(),
+        ContextConfig(instructions="be helpful and brief", default_budget=2048),
+    ).build("t", "u", "s", "q", budget=2000, top_k=5)
+    assert [h.memory.memory_id for h in ctx.memories_used] == ["m0", "m1", "m2", "m3", "m4"]
+    assert [s.reason for s in ctx.skipped] == ["in_window"] * 12
+    assert fake.queries[0].top_k > 5 + 12  # asked for enough to skip a full window
+
+
 async def test_when_tight_memories_go_before_window_exchanges() -> None:
     state = SessionState(window(3, words=30), "", 1)
     hits = [hit(i, words=30) for i in range(10)]

@@ -55,6 +55,9 @@ from hippo_gateway.domain.ports import Sessions, Tokenizer
 
 DEFAULT_BUDGET = 2048
 MIN_BUDGET, MAX_BUDGET = 256, 131_072
+# Extra hits asked of Recall to make up for those found in the window (a full default
+# window holds ~30 turns).
+WINDOW_OVERFETCH = 32
 
 INSTRUCTIONS = (
     "You are a helpful assistant with a long-term memory of your conversations with this "
@@ -179,11 +182,16 @@ class ContextBuilder:
             raise InvalidArgument(
                 "token_budget", f"must be 0 (default) or {MIN_BUDGET}..{MAX_BUDGET}, got {budget}"
             )
+        top_k = top_k or validation.DEFAULT_TOP_K
+        # Recall runs beside the session read, before the window is known, and the best
+        # hits for a query are often the recent turns already in the window (they are not
+        # repeated). Asking for more and keeping the first top_k outside the window keeps
+        # the memories zone from coming back empty in a long session.
         recall = RecallQuery(
             user=user,
             query=recall_text(query),
             mode=mode,
-            top_k=top_k or validation.DEFAULT_TOP_K,
+            top_k=min(validation.MAX_TOP_K, top_k + WINDOW_OVERFETCH),
         )
         # Not audited as a Recall: the "context" entry records what was used and skipped.
         recalled, state = await asyncio.gather(
@@ -191,12 +199,15 @@ class ContextBuilder:
             self._sessions.get(tenant, user, session),
         )
         window_ids = {t.memory_id for t in state.window}
-        skipped = [
-            Skipped(h.memory.memory_id, "in_window", h.fused_score)
-            for h in recalled.hits
-            if h.memory.memory_id in window_ids
-        ]
-        hits = [h for h in recalled.hits if h.memory.memory_id not in window_ids]
+        skipped: list[Skipped] = []
+        hits: list[Hit] = []
+        for h in recalled.hits:  # rank order: the first top_k outside the window
+            if len(hits) == top_k:
+                break
+            if h.memory.memory_id in window_ids:
+                skipped.append(Skipped(h.memory.memory_id, "in_window", h.fused_score))
+            else:
+                hits.append(h)
         groups = exchanges(state.window)
         summary = state.summary.strip()
 
