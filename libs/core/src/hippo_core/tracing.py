@@ -11,6 +11,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
+from opentelemetry.instrumentation.grpc.filters import any_of, negate, service_prefix
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -38,9 +39,14 @@ def shutdown() -> None:
         _provider.shutdown()
 
 
+# Probes and reflection get no spans: a kubelet checking every few seconds would otherwise
+# start a trace per probe per pod, drowning the request traces in the collector.
+_INFRA = negate(any_of(service_prefix("grpc.health."), service_prefix("grpc.reflection.")))
+
+
 def server_interceptor() -> Any:
-    return aio_server_interceptor()  # type: ignore[no-untyped-call]
+    return aio_server_interceptor(filter_=_INFRA)  # type: ignore[no-untyped-call]
 
 
 def client_interceptors() -> list[Any]:
-    return list(aio_client_interceptors())  # type: ignore[no-untyped-call]
+    return list(aio_client_interceptors(filter_=_INFRA))  # type: ignore[no-untyped-call]

@@ -15,6 +15,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import structlog
@@ -67,6 +68,9 @@ class Runner:
         s, svc = self.settings, self.service
         tracing.configure(svc.name, s.otlp_endpoint)
         metrics.BUILD.info({"service": svc.name, "version": svc.version})
+        data_dir = getattr(s, "data_dir", None)  # only stateful services have one
+        if data_dir:
+            metrics.watch_data_dir(svc.name, Path(data_dir))
         http, _, self.metrics_port = metrics.serve_http(s.host, s.metrics_port)
         self._metrics_http = http
         server = grpc.aio.server(
