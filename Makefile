@@ -48,7 +48,21 @@ fmt: $(STAMP) ## Format and autofix hand-written code
 model: $(STAMP) ## Convert the LLM's GGUF once into var/injection/model (first start: ~100 s)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m hippo_injection.adapters.loader var/injection/model
 
-test: $(STAMP) proto-check model ## Install what is needed, then run every test (real models, real gRPC)
+# The dashboard test runs a real Prometheus. Debian's binary (2.42, static but for libc) is
+# unpacked from its .deb into the venv rather than `apt-get install`ed: no root needed, and
+# the package's postinst would start a system Prometheus on :9090 where systemd runs.
+PROMETHEUS := $(VENV)/prometheus/usr/bin/prometheus
+
+$(PROMETHEUS):
+	@mkdir -p $(VENV)/prometheus
+	@cd $(VENV)/prometheus && (apt-get download -qq prometheus 2>/dev/null || \
+		{ apt-get update -qq && apt-get download -qq prometheus; }) && \
+		dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb
+	@$@ --version | head -1
+
+prometheus: $(PROMETHEUS) ## Unpack Prometheus for the dashboard test (no service is installed)
+
+test: $(STAMP) proto-check model $(PROMETHEUS) ## Install what is needed, then run every test (real models, real gRPC)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
 run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it)
@@ -65,4 +79,4 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check env-example lint fmt model test run bench clean
+.PHONY: help install proto proto-check env-example lint fmt model prometheus test run bench clean
