@@ -31,8 +31,10 @@ peers, data dir, grace); the service block's `env` adds or overrides the rest.
 {{- else if eq $name "summariser" }}
 {{- $_ := set $env "DRAIN_SECONDS" (toString $svc.drainSeconds) }}
 {{- $_ := set $env "INJECTION_ADDR" (include "hippo.addr" (dict "root" $root "name" "injection")) }}
+{{- $_ := set $env "AUDIT_ADDR" (include "hippo.addr" (dict "root" $root "name" "audit")) }}
 {{- $_ := set $env "LLM_URL" (default (include "hippo.injectionHttpUrl" $root) $svc.llmUrl) }}
 {{- else if eq $name "injection" }}
+{{- $_ := set $env "EMBEDDING_ADDR" (include "hippo.addr" (dict "root" $root "name" "embedding")) }}
 {{- $_ := set $env "HTTP_PORT" (toString $svc.httpPort) }}
 {{- $_ := set $env "MODEL_DIR" "/data/model" }}
 {{- if $svc.gpu.enabled }}
