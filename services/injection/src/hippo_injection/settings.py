@@ -93,3 +93,109 @@ class InjectionSettings(ServiceSettings):
         description="Deadline of an HTTP request (the HTTP API has no per-call deadline of "
         "its own); generation stops when it passes.",
     )
+
+    # -- the memtok store and the influence pipeline (docs/memtok.md) ---------------
+    data_dir: str = Field(
+        "var/injection",
+        description="Where the memtok store lives (memtok.sqlite3, the source of truth, and "
+        "memtok-keys/, the Qdrant edge shard of key vectors, rebuilt from it if lost).",
+    )
+    embedding_addr: str = Field(
+        "127.0.0.1:50052",
+        description="The embedding service (key vectors of memtoks and of the salient query "
+        "words). Empty: no memtok store; influence requests answer FAILED_PRECONDITION.",
+    )
+    memtok_layer: int = Field(
+        3,
+        ge=0,
+        le=255,
+        description="Layer of the memtok value vectors and of residual influence: the sweep's "
+        "best setting within the damage bound (docs/injection.md). Changing it (or the model) "
+        "makes the store refuse to open until `hippo memtok rebuild`.",
+    )
+    memtok_capacity: int = Field(
+        2000,
+        ge=1,
+        description="Slots per tenant and user (a float16 item takes 1, an int8-compressed "
+        "one 0.5).",
+    )
+    memtok_min_rank: float = Field(
+        0.45,
+        ge=0,
+        description="LLM1 rank below which a word is never stored (most ordinary words).",
+    )
+    memtok_grace_days: float = Field(
+        7.0, ge=0, description="New items are not evicted before this many days."
+    )
+    memtok_merge_similarity: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Key cosine at or above which a word's new mention merges into its item "
+        "(running mean; the count rises only for operator words).",
+    )
+    memtok_count_cap: int = Field(
+        8, ge=1, description="Counts above this add no influence strength."
+    )
+    memtok_condition_cap: float = Field(
+        1.5,
+        ge=1,
+        description="Cap multiplier of items in conditional wording (only if, never, always, "
+        "must); their rank also gets memtok_condition_bonus.",
+    )
+    memtok_condition_bonus: float = Field(
+        0.15, ge=0, description="Rank added to words in conditional wording."
+    )
+    memtok_half_life_days: float = Field(
+        30.0,
+        ge=0,
+        description="Influence halves per this many days since an item was last seen (0: no "
+        "decay). Decay affects influence only, never survival.",
+    )
+    memtok_min_similarity: float = Field(
+        0.35,
+        ge=0,
+        le=1,
+        description="Key similarity below which an item injects nothing (a thin store injects "
+        "nothing rather than noise).",
+    )
+    memtok_base_strength: float = Field(
+        0.06,
+        ge=0,
+        description="Strength (x the layer's mean hidden-state norm) of a fully counted, "
+        "fresh, perfectly similar item: the sweep's safe ceiling at layer 3.",
+    )
+    memtok_compress_below: float = Field(
+        0.25,
+        ge=0,
+        description="Keep score under which an item is packed to int8 before any deletion.",
+    )
+    memtok_reply_buffer: int = Field(
+        64,
+        ge=0,
+        description="Reply words per user waiting for the next query (only echoed ones are "
+        "stored).",
+    )
+    influence_shortlist: int = Field(
+        100, ge=1, le=1000, description="Shortlist taken from the store per query (50-200)."
+    )
+    influence_llm2_layer: int = Field(
+        6, ge=0, le=255, description="LLM2 re-scores the shortlist up to this layer."
+    )
+    influence_llm2_keep: int = Field(16, ge=1, description="Candidates LLM2 keeps.")
+    influence_max_inject: int = Field(4, ge=0, le=256, description="Most items applied per query.")
+    influence_select_share: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="Share of the query's words (best LLM1 rank first) that are searched.",
+    )
+    influence_weight_salience: float = Field(
+        0.2, ge=0, description="Merge weight of the item's LLM1 salience (highest rank)."
+    )
+    influence_weight_similarity: float = Field(
+        0.5, ge=0, description="Merge weight of the key similarity to the salient words."
+    )
+    influence_weight_llm2: float = Field(
+        0.3, ge=0, description="Merge weight of LLM2's attention to the item's words."
+    )

@@ -160,6 +160,12 @@ class TransformersEngine:
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return [
+            (int(a), int(b))
+            for a, b in self.tokenizer.encode(text, add_special_tokens=False).offsets
+        ]
+
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
@@ -213,6 +219,97 @@ class TransformersEngine:
                 sums[layer] += float(captured[layer][1:].norm(dim=-1).sum())
             count += len(captured[0]) - 1
         return [float(s / max(count, 1)) for s in sums]
+
+    # -- memtok: LLM1 salience, LLM2 re-scoring ------------------------------------
+
+    def _attention(
+        self, ids: list[int], layers: Sequence[int], stop_after: int | None
+    ) -> tuple[dict[int, torch.Tensor], torch.Tensor | None]:
+        """Attention weights (heads, n, n) of `layers`, float32, with the model switched
+        to eager attention for this pass only (sdpa returns no weights). With
+        `stop_after`, the pass ends after that layer (no logits); else the logits too."""
+        captured: dict[int, torch.Tensor] = {}
+
+        class _Stop(Exception):
+            pass
+
+        def keep(index: int) -> Any:
+            def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+                if isinstance(output, tuple) and len(output) > 1 and output[1] is not None:
+                    captured[index] = output[1][0].float().cpu()
+
+            return hook
+
+        def stop(module: torch.nn.Module, args: Any, output: Any) -> None:
+            raise _Stop
+
+        previous = self.model.config._attn_implementation
+        attn: list[torch.nn.Module] = [self.layers[i].self_attn for i in layers]  # type: ignore[misc]
+        handles = [
+            module.register_forward_hook(keep(i)) for i, module in zip(layers, attn, strict=True)
+        ]
+        if stop_after is not None:
+            handles.append(self.layers[stop_after].register_forward_hook(stop))
+        logits: torch.Tensor | None = None
+        try:
+            self.model.set_attn_implementation("eager")
+            tensor = torch.tensor([ids], dtype=torch.long, device=self._device)
+            with torch.inference_mode():
+                try:
+                    out = self.model(input_ids=tensor, use_cache=False)
+                    logits = out.logits[0].float().cpu()
+                except _Stop:
+                    pass
+        finally:
+            for handle in handles:
+                handle.remove()
+            self.model.set_attn_implementation(previous)
+        return captured, logits
+
+    def token_salience(self, ids: Sequence[int]) -> tuple[list[float], list[float]]:
+        """LLM1 salience inputs per position of `ids` (ids[0] is <bos>): attention
+        received relative to uniform, averaged over the later positions that could attend
+        to it (the last token has none: 1.0), and surprise -log p(token | before)."""
+        ids = list(ids)
+        n = len(ids)
+        every = range(len(self.layers))
+        weights, logits = self._attention(ids, every, None)
+        assert logits is not None
+        # (layers, heads, n, n) averaged over layers and heads: a[i, j] = i attends j.
+        a = torch.stack([weights[i] for i in every]).mean(dim=(0, 1))
+        # <bos> is an attention sink: renormalise each row over the real tokens.
+        real = a[:, 1:].sum(dim=1, keepdim=True).clamp_min(1e-9)
+        ratio = torch.zeros(n)
+        for j in range(1, n):
+            later = range(j + 1, n)
+            if not later:
+                ratio[j] = 1.0
+                continue
+            # Uniform attention over the i real tokens an attender i can see: 1 / i.
+            ratio[j] = float(sum(float(a[i, j] / real[i, 0]) * i for i in later) / len(later))
+        logp = torch.log_softmax(logits, dim=-1)
+        surprise = [0.0] + [float(-logp[j - 1, ids[j]]) for j in range(1, n)]
+        return [float(x) for x in ratio], surprise
+
+    def span_attention(
+        self,
+        ids: Sequence[int],
+        spans: Sequence[tuple[int, int]],
+        query: tuple[int, int],
+        upto: int,
+    ) -> list[float]:
+        """LLM2: the share of attention the query tokens pay to each span (candidates'
+        source words laid out before the query), averaged over layers 0..upto and heads,
+        relative to the span's length share; the pass stops after layer `upto`."""
+        weights, _ = self._attention(list(ids), range(upto + 1), upto)
+        a = torch.stack([weights[i] for i in range(upto + 1)]).mean(dim=(0, 1))
+        rows = a[query[0] : query[1]]
+        rows = rows / rows[:, 1:].sum(dim=1, keepdim=True).clamp_min(1e-9)
+        scores = []
+        for start, end in spans:
+            mass = float(rows[:, start:end].sum(dim=1).mean())
+            scores.append(mass * max(query[0] - 1, 1) / max(end - start, 1))
+        return scores
 
     # -- helpers ---------------------------------------------------------------------
 

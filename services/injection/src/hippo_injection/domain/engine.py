@@ -84,3 +84,24 @@ class Engine(Protocol):
         """Mean L2 norm of a hidden state at each layer's output over the texts' tokens
         (<bos> excluded): the unit of influence strength."""
         ...
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) character span in `text` of each token of `tokenize(text)`."""
+        ...
+
+    def token_salience(self, ids: Sequence[int]) -> tuple[list[float], list[float]]:
+        """Per position of `ids` (ids[0] = <bos>): attention received relative to
+        uniform, averaged over the later positions that could attend to it; and surprise,
+        -log p of the token given what precedes it (0 for <bos>)."""
+        ...
+
+    def span_attention(
+        self,
+        ids: Sequence[int],
+        spans: Sequence[tuple[int, int]],
+        query: tuple[int, int],
+        upto: int,
+    ) -> list[float]:
+        """Attention the query positions pay to each span, layers 0..upto only (the pass
+        stops there), relative to the span's share of the positions."""
+        ...

@@ -1,0 +1,1 @@
+"""The memtok store and the per-query influence pipeline (docs/memtok.md)."""

@@ -1,0 +1,193 @@
+"""The per-query influence pipeline (DESIGN.md §Influence):
+
+1. LLM1 ranks the query's words; a fixed share of the best is selected;
+2. they are embedded together and a wide shortlist (50-200) is taken from the store;
+3. LLM2 (the same weights, stopped at a middle layer, output discarded) re-scores each
+   candidate by the attention the query pays to its source words;
+4. salience (the item's highest LLM1 rank), similarity and LLM2 are merged with weights;
+5. the winners' value vectors get strength = capped count x time decay x similarity,
+   zero below the minimum similarity (a thin store injects nothing).
+
+After the reply: the query's words are ranked and written, the reply's wait in the
+buffer. Every step is recorded in `Plan` / `WriteReport`, whose audit bodies are what the
+gateway logs and what the disclosure note is written from. Blocking: the model's thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from hippo_injection.domain.engine import Engine
+from hippo_injection.domain.memtok import policy as rules
+from hippo_injection.domain.memtok import salience
+from hippo_injection.domain.memtok.models import Source, WriteReport
+from hippo_injection.domain.memtok.store import MemtokStore
+from hippo_injection.domain.types import Influence, Positions
+
+
+class Mode(StrEnum):
+    OFF = "off"  # nothing selected, nothing applied
+    DISCLOSE_ONLY = "disclose_only"  # selected and disclosed, not applied
+    ON = "on"  # selected, applied, disclosed
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Merge weights of the three scores (each normalised to [0, 1] over the shortlist)."""
+
+    salience: float = 0.2
+    similarity: float = 0.5
+    llm2: float = 0.3
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    layer: int = 3  # the sweep's best safe residual layer
+    shortlist: int = 100  # 50-200
+    llm2_layer: int = 6  # LLM2 stops after this layer
+    llm2_keep: int = 16  # candidates LLM2 keeps
+    max_inject: int = 4  # winners applied at most
+    select_share: float = 0.3  # share of the query's words selected by LLM1
+    weights: Weights = field(default_factory=Weights)
+
+
+@dataclass(frozen=True)
+class Applied:
+    memtok_id: str
+    word: str
+    similarity: float
+    merged: float
+    strength: float
+    count: int
+
+    def body(self, layer: int) -> dict[str, object]:
+        return {
+            "memtok_id": self.memtok_id,
+            "word": self.word,
+            "layer": layer,
+            "strength": round(self.strength, 6),
+            "similarity": round(self.similarity, 4),
+            "merged_score": round(self.merged, 4),
+            "count": self.count,
+        }
+
+
+@dataclass
+class Plan:
+    mode: Mode
+    layer: int
+    selected: list[tuple[str, float]] = field(default_factory=list)  # (word, rank)
+    shortlist: int = 0
+    top_similarity: float = 0.0
+    llm2_kept: int = 0
+    applied: list[Applied] = field(default_factory=list)
+    skipped: list[dict[str, object]] = field(default_factory=list)
+    promoted: WriteReport = field(default_factory=WriteReport)
+    influences: list[Influence] = field(default_factory=list)  # empty unless mode ON
+
+    def audit_body(self) -> dict[str, object]:
+        """The steps as the audit log records them (ids, numbers, no vectors)."""
+        return {
+            "influence_mode": self.mode.value,
+            "selected": [{"word": w, "rank": round(r, 4)} for w, r in self.selected],
+            "shortlist": self.shortlist,
+            "top_similarity": round(self.top_similarity, 4),
+            "llm2_kept": self.llm2_kept,
+            "influences": [a.body(self.layer) for a in self.applied],
+            "skipped": list(self.skipped),
+            "promoted": list(self.promoted.promoted),
+        }
+
+
+def _normalised(values: list[float]) -> list[float]:
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    return [0.0 if hi <= lo else (v - lo) / (hi - lo) for v in values]
+
+
+class InfluencePipeline:
+    def __init__(self, engine: Engine, store: MemtokStore, settings: PipelineSettings) -> None:
+        self.engine = engine
+        self.store = store
+        self.settings = settings
+
+    @property
+    def policy(self) -> rules.Policy:
+        return self.store.policy
+
+    def plan(self, tenant: str, user: str, query: str, now_us: int, mode: Mode) -> Plan:
+        s = self.settings
+        plan = Plan(mode, s.layer)
+        if mode is Mode.OFF:
+            return plan  # nothing is selected, nothing is written into the plan
+        plan.promoted = self.store.promote(tenant, user, query, now_us)
+        observed = salience.observe(query, salience.score_text(self.engine, query), self.policy)
+        chosen = salience.select(observed, s.select_share)
+        plan.selected = [(o.word, o.rank) for o in chosen]
+        if not chosen:
+            plan.skipped.append({"reason": "no_words"})
+            return plan
+        key = self.store.embedder.embed([" ".join(o.word for o in chosen)])[0]
+        hits = self.store.search(tenant, user, key, s.shortlist)
+        plan.shortlist = len(hits)
+        plan.top_similarity = max((sim for _, sim in hits), default=0.0)
+        if not hits:
+            plan.skipped.append({"reason": "empty_store"})
+            return plan
+        llm2 = self._llm2(query, [m.source_words for m, _ in hits])
+        order = np.argsort(-np.asarray(llm2), kind="stable")[: s.llm2_keep]
+        kept = [(hits[i][0], hits[i][1], llm2[i]) for i in order]
+        plan.llm2_kept = len(kept)
+        sal = _normalised([m.rank_max for m, _, _ in kept])
+        l2 = _normalised([x for _, _, x in kept])
+        w = s.weights
+        merged = [
+            w.salience * sal[i] + w.similarity * kept[i][1] + w.llm2 * l2[i]
+            for i in range(len(kept))
+        ]
+        ranked = sorted(range(len(kept)), key=lambda i: -merged[i])
+        for i in ranked:
+            item, similarity, _ = kept[i]
+            strength = rules.strength(item, similarity, now_us, self.policy)
+            if strength <= 0.0:
+                plan.skipped.append(
+                    {"memtok_id": item.id, "reason": "below_min_similarity",
+                     "similarity": round(similarity, 4)}
+                )  # fmt: skip
+                continue
+            if len(plan.applied) >= s.max_inject:
+                plan.skipped.append({"memtok_id": item.id, "reason": "over_max_inject"})
+                continue
+            plan.applied.append(
+                Applied(item.id, item.word, similarity, merged[i], strength, item.count)
+            )
+            if mode is Mode.ON:
+                plan.influences.append(Influence(item.value, s.layer, strength, Positions.ALL))
+        return plan
+
+    def _llm2(self, query: str, sources: list[str]) -> list[float]:
+        """Attention the query pays to each candidate's source words, up to the middle
+        layer: candidates one per line, then the query."""
+        ids = [self.engine.bos_id]
+        spans: list[tuple[int, int]] = []
+        for text in sources:
+            start = len(ids)
+            ids += self.engine.tokenize(text + "\n")
+            spans.append((start, len(ids)))
+        start = len(ids)
+        ids += self.engine.tokenize(query)
+        return self.engine.span_attention(ids, spans, (start, len(ids)), self.settings.llm2_layer)
+
+    def write(self, tenant: str, user: str, query: str, reply: str, now_us: int) -> WriteReport:
+        """After the reply: the operator's words ranked and admitted; the reply's ranked
+        words wait in the buffer for the next query."""
+        observed = salience.observe(query, salience.score_text(self.engine, query), self.policy)
+        report = self.store.admit(tenant, user, observed, now_us, Source.OPERATOR)
+        if reply.strip():
+            said = salience.observe(reply, salience.score_text(self.engine, reply), self.policy)
+            report.buffered = self.store.buffer_reply(tenant, user, said, now_us)
+        return report

@@ -1,0 +1,395 @@
+"""The memtok store: admission, merging, keep scores, eviction, the reply buffer,
+consolidation and rebuild. Blocking (SQLite, the key index, the model for value
+vectors): the service calls it on the model queue's thread."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hippo_injection.domain.memtok import policy as rules
+from hippo_injection.domain.memtok.models import (
+    Memtok,
+    Observation,
+    Packing,
+    Removed,
+    Source,
+    StoreModelMismatch,
+    Vector,
+    WriteReport,
+    Written,
+)
+from hippo_injection.domain.memtok.policy import Policy
+from hippo_injection.domain.memtok.ports import Embedder, ItemStore, KeyIndex, ValueMaker
+
+log = logging.getLogger(__name__)
+
+_NAMESPACE = uuid.UUID("9c1d7a52-0f0b-4b7e-8f7e-1d5e0b6c3a21")
+COST = {Packing.FLOAT16: 1.0, Packing.INT8: 0.5}  # slots an item takes by value packing
+
+
+def normal(word: str) -> str:
+    return "".join(ch for ch in word.casefold() if ch.isalnum())
+
+
+def unit(v: npt.NDArray[np.floating[Any]]) -> Vector:
+    n = float(np.linalg.norm(v))
+    return (v / n).astype(np.float32) if n > 0 else v.astype(np.float32)
+
+
+def _operator_count(item: Memtok) -> int:
+    return item.count if item.source is Source.OPERATOR else 0
+
+
+class MemtokStore:
+    def __init__(
+        self,
+        items: ItemStore,
+        keys: KeyIndex,
+        embedder: Embedder,
+        values: ValueMaker,
+        policy: Policy,
+        *,
+        verify_model: bool = True,
+    ) -> None:
+        """`verify_model=False` only for `rebuild`: the store may belong to another model."""
+        self.items = items
+        self.keys = keys
+        self.embedder = embedder
+        self.values = values
+        self.policy = policy
+        self._buffers: dict[tuple[str, str], OrderedDict[str, tuple[Observation, int]]] = {}
+        if verify_model:
+            self._check_model()
+        self._seq = int(items.meta().get("key_seq", "0"))
+        if keys.applied_seq() != self._seq:
+            self.reindex_keys()
+
+    # -- model identity ---------------------------------------------------------
+
+    def _check_model(self) -> None:
+        meta = self.items.meta()
+        want = {"model_id": self.values.model_id, "layer": str(self.values.layer)}
+        if not meta.get("model_id"):
+            self.items.set_meta(want)
+            return
+        if meta.get("model_id") != want["model_id"] or meta.get("layer") != want["layer"]:
+            raise StoreModelMismatch(
+                f"the memtok store holds value vectors of {meta.get('model_id')} at layer "
+                f"{meta.get('layer')}, this service runs {want['model_id']} at layer "
+                f"{want['layer']}; run `hippo memtok rebuild`"
+            )
+
+    def rebuild(self) -> int:
+        """Value vectors again from the source words, for the current model and layer;
+        then the store is marked as that model's. Returns the items rebuilt."""
+        done = 0
+        for tenant, user in self.items.users():
+            batch = self.items.by_user(tenant, user)
+            if not batch:
+                continue
+            vectors = self.values.values([m.source_words for m in batch])
+            fresh = [
+                replace(
+                    m,
+                    value=vectors[i],
+                    layer=self.values.layer,
+                    model_id=self.values.model_id,
+                )
+                for i, m in enumerate(batch)
+            ]
+            self.items.put(fresh)
+            done += len(fresh)
+        self.items.set_meta({"model_id": self.values.model_id, "layer": str(self.values.layer)})
+        log.info("memtok rebuild: %d items for %s", done, self.values.model_id)
+        return done
+
+    def reindex_keys(self) -> None:
+        """The key index again from the item store (its source of truth)."""
+        self._seq += 1
+        for tenant, user in self.items.users():
+            self.keys.upsert(self.items.by_user(tenant, user), self._seq)
+        self.items.set_meta({"key_seq": str(self._seq)})
+        self.keys.upsert([], self._seq)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        self.items.set_meta({"key_seq": str(self._seq)})
+        return self._seq
+
+    # -- admission --------------------------------------------------------------
+
+    def admit(
+        self,
+        tenant: str,
+        user: str,
+        observations: Sequence[Observation],
+        now_us: int,
+        source: Source = Source.OPERATOR,
+    ) -> WriteReport:
+        p = self.policy
+        report = WriteReport()
+        ranked = [o for o in observations if o.rank >= p.min_rank]
+        for o in observations:
+            if o.rank < p.min_rank:
+                report.written.append(Written(o.word, "rejected", reason="below_min_rank"))
+        if not ranked:
+            return report
+        keys = self.embedder.embed([o.source_words for o in ranked])
+        values = self.values.values([o.source_words for o in ranked])
+        for i, obs in enumerate(ranked):
+            key = unit(np.asarray(keys[i], dtype=np.float32))
+            target = self._merge_target(tenant, user, obs, key)
+            if target is not None:
+                report.written.append(self._merge(target, obs, key, values[i], now_us, source))
+                continue
+            if not self._make_room(tenant, user, now_us, report):
+                report.written.append(Written(obs.word, "rejected", reason="store_full"))
+                continue
+            item = self._new(tenant, user, obs, key, values[i], now_us, source)
+            self.items.put([item])
+            self.keys.upsert([item], self._next_seq())
+            report.written.append(Written(obs.word, "new", item.id, count=item.count))
+        return report
+
+    def _merge_target(self, tenant: str, user: str, obs: Observation, key: Vector) -> Memtok | None:
+        hits = self.keys.search(tenant, user, key, 8)
+        near = {i: s for i, s in hits if s >= self.policy.merge_similarity}
+        if not near:
+            return None
+        word = normal(obs.word)
+        same = [m for m in self.items.get(tenant, user, list(near)) if normal(m.word) == word]
+        return max(same, key=lambda m: near[m.id]) if same else None
+
+    def _merge(
+        self,
+        item: Memtok,
+        obs: Observation,
+        key: Vector,
+        value: Vector,
+        now_us: int,
+        source: Source,
+    ) -> Written:
+        if source is not Source.OPERATOR:
+            # The model may not reinforce its own wording: no count, no mean, no date.
+            return Written(obs.word, "seen", item.id, count=item.count)
+        n = item.count
+        item.key = unit((item.key * n + key) / (n + 1))
+        item.value = ((item.value * n + value) / (n + 1)).astype(np.float32)
+        item.count = n + 1
+        item.rank_max = max(item.rank_max, obs.rank)
+        item.surprise = max(item.surprise, obs.surprise)
+        item.emphasis = max(item.emphasis, obs.emphasis)
+        item.stakes = max(item.stakes, obs.stakes)
+        item.conditional = item.conditional or obs.conditional
+        item.keep = rules.keep_for(item, self.policy)
+        item.source = Source.OPERATOR
+        item.last_seen_us = max(item.last_seen_us, now_us)
+        self.items.put([item])
+        self.keys.upsert([item], self._next_seq())
+        return Written(obs.word, "merged", item.id, count=item.count)
+
+    def _new(
+        self,
+        tenant: str,
+        user: str,
+        obs: Observation,
+        key: Vector,
+        value: Vector,
+        now_us: int,
+        source: Source,
+    ) -> Memtok:
+        name = f"{tenant}\x1f{user}\x1f{normal(obs.word)}\x1f{obs.source_words}\x1f{now_us}"
+        grace = int(self.policy.grace_days * rules.US_PER_DAY)
+        return Memtok(
+            id=str(uuid.uuid5(_NAMESPACE, name)),
+            tenant=tenant,
+            user=user,
+            word=obs.word,
+            source_words=obs.source_words,
+            key=key,
+            value=np.asarray(value, dtype=np.float32),
+            layer=self.values.layer,
+            model_id=self.values.model_id,
+            count=1,
+            keep=rules.keep_of(obs, self.policy),
+            rank_max=obs.rank,
+            surprise=obs.surprise,
+            emphasis=obs.emphasis,
+            stakes=obs.stakes,
+            conditional=obs.conditional,
+            source=source,
+            created_us=now_us,
+            last_seen_us=now_us,
+            grace_until_us=now_us + grace,
+        )
+
+    # -- capacity ---------------------------------------------------------------
+
+    def _make_room(self, tenant: str, user: str, now_us: int, report: WriteReport) -> bool:
+        """Free one slot if the user's store is full: first pack weak items to int8
+        (half a slot each), then delete the lowest keep score (count breaks ties). Items
+        in their grace period are never touched. False: no room could be made."""
+        p = self.policy
+        items = self.items.by_user(tenant, user)
+        used = sum(COST[m.packing] for m in items)
+        if used + 1.0 <= p.capacity:
+            return True
+        evictable = sorted((m for m in items if m.grace_until_us <= now_us), key=rules.eviction_key)
+        packed: list[Memtok] = []
+        for m in evictable:
+            if used + 1.0 <= p.capacity:
+                break
+            if m.packing is Packing.FLOAT16 and m.keep < p.compress_below:
+                m.packing = Packing.INT8
+                used -= 0.5
+                packed.append(m)
+                report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
+        if packed:
+            self.items.put(packed)
+        victims: list[Memtok] = []
+        for m in evictable:
+            if used + 1.0 <= p.capacity:
+                break
+            victims.append(m)
+            used -= COST[m.packing]
+            report.removed.append(Removed(m.id, m.word, "evicted", m.keep, m.count))
+        if victims:
+            ids = [m.id for m in victims]
+            self.items.delete(tenant, user, ids)
+            self.keys.delete(tenant, ids, self._next_seq())
+        return used + 1.0 <= p.capacity
+
+    # -- reply buffer -----------------------------------------------------------
+
+    def buffer_reply(
+        self, tenant: str, user: str, observations: Sequence[Observation], now_us: int
+    ) -> int:
+        """The reply's ranked words wait here (a short, per-user buffer, in memory) until
+        the next operator query: only the words it echoes are stored."""
+        buffer = self._buffers.setdefault((tenant, user), OrderedDict())
+        buffer.clear()  # a new reply replaces the previous one's words
+        for obs in observations:
+            if obs.rank >= self.policy.min_rank and normal(obs.word):
+                buffer[normal(obs.word)] = (obs, now_us)
+                while len(buffer) > self.policy.reply_buffer:
+                    buffer.popitem(last=False)
+        return len(buffer)
+
+    def promote(self, tenant: str, user: str, query: str, now_us: int) -> WriteReport:
+        """Store the buffered reply words that `query` echoes (as model items); discard
+        the rest."""
+        buffer = self._buffers.pop((tenant, user), None)
+        if not buffer:
+            return WriteReport()
+        words = {normal(w) for w in query.split()}
+        echoed = [obs for k, (obs, _) in buffer.items() if k in words]
+        report = self.admit(tenant, user, echoed, now_us, Source.MODEL) if echoed else WriteReport()
+        report.promoted = [o.word for o in echoed]
+        return report
+
+    def buffered(self, tenant: str, user: str) -> list[str]:
+        return [obs.word for obs, _ in self._buffers.get((tenant, user), OrderedDict()).values()]
+
+    # -- reads ------------------------------------------------------------------
+
+    def search(self, tenant: str, user: str, key: Vector, limit: int) -> list[tuple[Memtok, float]]:
+        hits = self.keys.search(tenant, user, unit(np.asarray(key, dtype=np.float32)), limit)
+        found = {m.id: m for m in self.items.get(tenant, user, [i for i, _ in hits])}
+        return [(found[i], s) for i, s in hits if i in found]
+
+    def forget(self, tenant: str, user: str) -> int:
+        items = self.items.by_user(tenant, user)
+        ids = [m.id for m in items]
+        if ids:
+            self.items.delete(tenant, user, ids)
+            self.keys.delete(tenant, ids, self._next_seq())
+        self._buffers.pop((tenant, user), None)
+        return len(ids)
+
+    # -- scheduled work -----------------------------------------------------------
+
+    def consolidate(self, tenant: str, user: str) -> WriteReport:
+        """Merge near-duplicates (same word, keys within the merge distance: counts add,
+        vectors average by count) and pack weak items to int8. Never deletes for age."""
+        p = self.policy
+        report = WriteReport()
+        # Operator items survive a merge before model items, higher counts first.
+        items = sorted(
+            self.items.by_user(tenant, user),
+            key=lambda m: (m.source is not Source.OPERATOR, -m.count, m.created_us),
+        )
+        gone: set[str] = set()
+        changed: dict[str, Memtok] = {}
+        for m in items:
+            if m.id in gone:
+                continue
+            for other in items:
+                if other.id == m.id or other.id in gone or normal(other.word) != normal(m.word):
+                    continue
+                if float(m.key @ other.key) < p.merge_similarity:
+                    continue
+                total = m.count + other.count
+                m.key = unit((m.key * m.count + other.key * other.count) / total)
+                m.value = ((m.value * m.count + other.value * other.count) / total).astype(
+                    np.float32
+                )
+                # Only operator items raise counts: a model item adds its vector, not a count.
+                m.count = max(1, _operator_count(m) + _operator_count(other))
+                m.rank_max = max(m.rank_max, other.rank_max)
+                m.surprise = max(m.surprise, other.surprise)
+                m.emphasis = max(m.emphasis, other.emphasis)
+                m.stakes = max(m.stakes, other.stakes)
+                m.conditional = m.conditional or other.conditional
+                m.keep = rules.keep_for(m, p)
+                m.last_seen_us = max(m.last_seen_us, other.last_seen_us)
+                m.created_us = min(m.created_us, other.created_us)
+                if other.source is Source.OPERATOR:
+                    m.source = Source.OPERATOR
+                gone.add(other.id)
+                changed[m.id] = m
+                report.removed.append(
+                    Removed(other.id, other.word, "merged", other.keep, other.count)
+                )
+        for m in items:
+            if m.id not in gone and m.packing is Packing.FLOAT16 and m.keep < p.compress_below:
+                m.packing = Packing.INT8
+                changed[m.id] = m
+                report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
+        if changed:
+            self.items.put(list(changed.values()))
+            self.keys.upsert(list(changed.values()), self._next_seq())
+        if gone:
+            self.items.delete(tenant, user, sorted(gone))
+            self.keys.delete(tenant, sorted(gone), self._next_seq())
+        return report
+
+    def mark_resurface(self, tenant: str, user: str, memtok_id: str, at_us: int) -> bool:
+        found = self.items.get(tenant, user, [memtok_id])
+        if not found:
+            return False
+        found[0].resurface_at_us = at_us
+        self.items.put(found)
+        return True
+
+    def resurface(self, tenant: str, user: str, now_us: int) -> list[Memtok]:
+        """Marked items whose time has come: they count as seen now (full influence
+        again) and their mark is cleared."""
+        due = [
+            m
+            for m in self.items.by_user(tenant, user)
+            if m.resurface_at_us and m.resurface_at_us <= now_us
+        ]
+        for m in due:
+            m.last_seen_us = now_us
+            m.resurface_at_us = 0
+        if due:
+            self.items.put(due)
+        return due

@@ -1,0 +1,83 @@
+"""Deterministic stand-ins for the memtok store's unit tests: a bag-of-words embedder
+(words hashed into 384 dimensions) and a value maker with a fixed model id. The real
+model and the real key index (Qdrant edge) are used by the other tests."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hippo_injection.adapters.memtok_keys import RetrievalKeyIndex
+from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
+from hippo_injection.domain.memtok.models import Observation, Vector
+from hippo_injection.domain.memtok.policy import Policy
+from hippo_injection.domain.memtok.store import MemtokStore
+
+DAY_US = 86_400_000_000
+
+
+def _slot(word: str, dim: int) -> int:
+    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little") % dim
+
+
+class BagEmbedder:
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.casefold()):
+                out[i, _slot(word, self.dim)] += 1.0
+            n = np.linalg.norm(out[i])
+            if n > 0:
+                out[i] /= n
+        return out
+
+
+class FakeValues:
+    def __init__(self, model_id: str = "model-a", layer: int = 3, hidden: int = 16) -> None:
+        self.model_id = model_id
+        self.layer = layer
+        self.hidden = hidden
+
+    def values(self, texts: Sequence[str]) -> Vector:
+        rows = [
+            np.random.default_rng(_slot(t + self.model_id, 2**31)).standard_normal(self.hidden)
+            for t in texts
+        ]
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.hidden)
+
+
+def open_store(
+    root: Path, policy: Policy | None = None, values: FakeValues | None = None, **kw: bool
+) -> MemtokStore:
+    policy = policy or Policy()
+    return MemtokStore(
+        SqliteMemtokStore(root / "memtok.sqlite3"),
+        RetrievalKeyIndex.edge(root / "memtok-keys"),
+        BagEmbedder(),
+        values or FakeValues(),
+        policy,
+        **kw,
+    )
+
+
+def close(store: MemtokStore) -> None:
+    store.keys.close()
+    store.items.close()
+
+
+def obs(word: str, rank: float = 0.8, context: str = "", **kw: object) -> Observation:
+    return Observation(
+        word=word,
+        source_words=f"{context} {word}".strip(),
+        rank=rank,
+        surprise=float(kw.pop("surprise", 6.0)),  # type: ignore[arg-type]
+        attention=1.0,
+        **kw,  # type: ignore[arg-type]
+    )
