@@ -438,15 +438,15 @@ def _trace_of(receiver: OtlpReceiver, service: str, name: str) -> list[Span]:
 
 
 def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
-    """BuildContext fans out from the gateway to embedding, retrieval, summariser and
-    injection (the summariser's own CountTokens calls included); VerifyAudit reaches the
-    audit service. Each is one trace whose spans form one tree."""
+    """Remember reaches injection through the summariser (CountTokens), BuildContext fans
+    out from the gateway to four services, VerifyAudit reaches the audit service. Each is
+    one trace whose spans form one tree rooted at the gateway."""
     receiver = telemetry.receiver
-    build = "/hippo.memory.v1.MemoryService/BuildContext"
-    verify = "/hippo.memory.v1.MemoryService/VerifyAudit"
+    memory = "/hippo.memory.v1.MemoryService"
     wanted = {
-        build: {"embedding", "retrieval", "summariser", "injection"},
-        verify: {"audit"},
+        f"{memory}/Remember": {"embedding", "retrieval", "summariser", "injection"},
+        f"{memory}/BuildContext": {"embedding", "retrieval", "summariser", "injection"},
+        f"{memory}/VerifyAudit": {"audit"},
     }
 
     def services(method: str) -> set[str]:
