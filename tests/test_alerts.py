@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "charts" / "hippo" / "rules" / "hippo-alerts.yaml"
 UNIT_TESTS = ROOT / "tests" / "alerts" / "hippo-alerts.test.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
-PROMTOOL = shutil.which("promtool")
+# On PATH, or unpacked from Debian's package by `make prometheus` (which `make test` runs).
+_UNPACKED = ROOT / ".venv" / "prometheus" / "usr" / "bin" / "promtool"
+PROMTOOL = shutil.which("promtool") or (str(_UNPACKED) if _UNPACKED.exists() else None)
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed"
 )

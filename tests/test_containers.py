@@ -265,7 +265,8 @@ def test_compose_observability_is_provisioned() -> None:
 
 
 def test_compose_prometheus_config_passes_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
+    unpacked = ROOT / ".venv" / "prometheus" / "usr" / "bin" / "promtool"  # `make prometheus`
+    promtool = shutil.which("promtool") or (str(unpacked) if unpacked.exists() else None)
     if promtool is None:
         pytest.skip("promtool (Debian package prometheus) is not installed")
     rules = ROOT / "charts" / "hippo" / "rules" / "hippo-alerts.yaml"
