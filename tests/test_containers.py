@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,41 @@ def test_dockerfile_shape(name: str) -> None:
     assert env["HOME"] == "/tmp"  # writable with a read-only root
     (entry,) = [a for k, a in steps if k == "ENTRYPOINT"]
     assert entry == f'["python", "-m", "{spec.module}"]'
+
+
+def _local_deps(pyproject: Path) -> set[str]:
+    """The hippo-* packages a pyproject depends on (they exist only in this repository)."""
+    deps: list[str] = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return {re.split(r"[<>=\[ ;]", d)[0] for d in deps if d.startswith("hippo-")}
+
+
+LOCAL_PATHS = {
+    "hippo-proto": "libs/proto",
+    "hippo-core": "libs/core",
+    **{
+        f"hippo-{n}": f"services/{n}"
+        for n in ("gateway", "embedding", "retrieval", "summariser", "injection", "audit")
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_image_installs_every_local_dependency_from_its_path(name: str) -> None:
+    """A hippo-* dependency missing from the build would make pip look it up on a public
+    index: at best the build fails, at worst it installs someone else's package."""
+    needed = {f"hippo-{name}"}
+    todo = [f"hippo-{name}"]
+    while todo:
+        pkg = todo.pop()
+        for dep in _local_deps(ROOT / LOCAL_PATHS[pkg] / "pyproject.toml") - needed:
+            needed.add(dep)
+            todo.append(dep)
+    steps = instructions(ROOT / "services" / name / "Dockerfile")
+    copied = {a.split()[0] for k, a in steps if k == "COPY" and not a.startswith("--from")}
+    installs = " ".join(a for k, a in steps if k == "RUN" and "pip install" in a)
+    for pkg in needed:
+        assert LOCAL_PATHS[pkg] in copied, pkg
+        assert f"/src/{LOCAL_PATHS[pkg]}" in installs.split(), pkg
 
 
 def test_injection_documents_its_cuda_variant() -> None:
