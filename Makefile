@@ -76,7 +76,10 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/summary_merge.py
 	$(BIN)/python bench/audit.py
 
+deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, Helm chart, alert rules (no Docker, no cluster)
+	$(BIN)/pytest -q tests/test_containers.py tests/test_chart.py tests/test_alerts.py
+
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check env-example lint fmt model prometheus test run bench clean
+.PHONY: help install proto proto-check env-example lint fmt model prometheus test run bench deploy-check clean
