@@ -75,6 +75,8 @@ def server(model_dir: Path) -> Iterator[ServiceProcess]:
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),
         # One running + one waiting: the third concurrent request is refused.
         "HIPPO_INJECTION_MAX_WAITING": "1",
+        # No memtok store in this process (its tests run the store in process).
+        "HIPPO_INJECTION_EMBEDDING_ADDR": "",
     }
     with service_process("hippo_injection", "HIPPO_INJECTION_", env) as proc:
         wait_for(proc.addr, FULL_NAME, timeout=240)

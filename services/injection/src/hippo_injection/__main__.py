@@ -46,6 +46,16 @@ def load_engine(settings: InjectionSettings):  # type: ignore[no-untyped-def]
     return TransformersEngine.load(path, settings.dtype, settings.device, settings.threads)
 
 
+def open_memtok(settings: InjectionSettings, engine, queue: ModelQueue):  # type: ignore[no-untyped-def]
+    """The memtok store and pipeline, keys embedded by the embedding service."""
+    from hippo_injection.adapters.embedding_client import EmbeddingClient
+    from hippo_injection.domain.memtok.service import MemtokService
+    from hippo_injection.memtok_wiring import build_pipeline
+
+    embedder = EmbeddingClient(settings.embedding_addr, settings.client.timeout_seconds)
+    return MemtokService(build_pipeline(settings, engine, embedder), queue)
+
+
 def build(settings: InjectionSettings) -> Service:
     """The injection service for `Runner`; the model loads during warm-up."""
     servicer = InjectionServicer(settings)
@@ -71,11 +81,17 @@ def build(settings: InjectionSettings) -> Service:
         warm = GenerateRequest(Prompt(text="Hippo warms up."), max_new_tokens=2)
         async for _ in service.generate(warm):  # the first passes allocate and pick kernels
             pass
+        if settings.embedding_addr:
+            # Opening the store checks its model id and layer: a store of another model
+            # stops the start (run `hippo memtok rebuild`).
+            servicer.memtok = await asyncio.to_thread(open_memtok, settings, engine, queue)
         servicer.service = service
 
     async def close() -> None:
         await http.stop()
         await queue.close()
+        if servicer.memtok is not None:
+            servicer.memtok.close()
 
     return Service("injection", [FULL_NAME], register, warmup, close, version=VERSION)
 

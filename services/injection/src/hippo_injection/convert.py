@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo_core.errors import InvalidArgument
 from hippo_injection.domain import prompt as prompt_format
+from hippo_injection.domain.memtok.models import WriteReport
+from hippo_injection.domain.memtok.pipeline import Mode, Plan
 from hippo_injection.domain.types import (
     Attendable,
     Counted,
@@ -202,3 +206,52 @@ def info_response(info: ModelInfo, limits: Limits, max_waiting: int) -> pb.InfoR
 def values(raw: bytes) -> np.ndarray:
     """The client side: a vector field as a float32 array."""
     return np.frombuffer(raw, dtype="<f4")
+
+
+# -- memtok influence ---------------------------------------------------------------
+
+_MODES = {
+    pb.INFLUENCE_MODE_OFF: Mode.OFF,
+    pb.INFLUENCE_MODE_DISCLOSE_ONLY: Mode.DISCLOSE_ONLY,
+    pb.INFLUENCE_MODE_ON: Mode.ON,
+}
+_MODE_VALUES = {m: v for v, m in _MODES.items()}
+
+
+def mode(value: int) -> Mode | None:
+    """None for UNSPECIFIED (the user's recorded mode applies)."""
+    if value == pb.INFLUENCE_MODE_UNSPECIFIED:
+        return None
+    if value not in _MODES:
+        raise InvalidArgument("mode", f"unknown influence mode {value}")
+    return _MODES[value]  # type: ignore[index]
+
+
+def mode_value(item: Mode) -> Any:  # the generated enum's value type
+    return _MODE_VALUES[item]
+
+
+def plan_response(plan: Plan) -> pb.PlanInfluenceResponse:
+    return pb.PlanInfluenceResponse(
+        mode=mode_value(plan.mode),
+        influences=[
+            pb.Influence(
+                vector=np.asarray(i.vector, dtype="<f4").tobytes(),
+                layer=i.layer,
+                strength=i.strength,
+                positions=pb.POSITIONS_ALL,
+            )
+            for i in plan.influences
+        ],
+        audit_json=json.dumps(plan.audit_body(), sort_keys=True),
+    )
+
+
+def write_response(report: WriteReport) -> pb.WriteMemtoksResponse:
+    counts = report.counts()
+    return pb.WriteMemtoksResponse(
+        audit_json=json.dumps(report.audit_body(), sort_keys=True),
+        created=counts.get("new", 0),
+        merged=counts.get("merged", 0),
+        evicted=counts.get("evicted", 0),
+    )

@@ -9,8 +9,9 @@ import grpc
 
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo.injection.v1 import injection_pb2_grpc
-from hippo_core.errors import Unavailable
+from hippo_core.errors import FailedPrecondition, Unavailable
 from hippo_injection import convert
+from hippo_injection.domain.memtok.service import MemtokService
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.settings import InjectionSettings
 
@@ -22,6 +23,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
     def __init__(self, settings: InjectionSettings) -> None:
         self._settings = settings
         self.service: InjectionService | None = None
+        self.memtok: MemtokService | None = None  # set at warm-up when a store is configured
 
     def _domain(self) -> InjectionService:
         if self.service is None:
@@ -62,3 +64,36 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
     ) -> pb.InfoResponse:
         domain = self._domain()
         return convert.info_response(domain.info, domain.limits, self._settings.max_waiting)
+
+    def _memtok(self) -> MemtokService:
+        self._domain()  # UNAVAILABLE while the model loads
+        if self.memtok is None:
+            raise FailedPrecondition(
+                "this deployment has no memtok store (HIPPO_INJECTION_EMBEDDING_ADDR is empty)"
+            )
+        return self.memtok
+
+    async def PlanInfluence(
+        self, request: pb.PlanInfluenceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PlanInfluenceResponse:
+        plan = await self._memtok().plan(
+            request.tenant, request.user_id, request.query, convert.mode(request.mode),
+            request.time_us,
+        )  # fmt: skip
+        return convert.plan_response(plan)
+
+    async def WriteMemtoks(
+        self, request: pb.WriteMemtoksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteMemtoksResponse:
+        report = await self._memtok().write(
+            request.tenant, request.user_id, request.query, request.reply, request.time_us
+        )
+        return convert.write_response(report)
+
+    async def SetUserInfluence(
+        self, request: pb.SetUserInfluenceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetUserInfluenceResponse:
+        mode = self._memtok().set_user_mode(
+            request.tenant, request.user_id, convert.mode(request.mode)
+        )
+        return pb.SetUserInfluenceResponse(mode=convert.mode_value(mode))

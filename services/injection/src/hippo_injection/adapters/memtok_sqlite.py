@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS memtoks (
   resurface_at_us INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memtoks_user ON memtoks (tenant, user_id);
+CREATE TABLE IF NOT EXISTS user_modes (
+  tenant TEXT NOT NULL, user_id TEXT NOT NULL, mode TEXT NOT NULL,
+  PRIMARY KEY (tenant, user_id)
+);
 """
 
 _COLUMNS = (
@@ -201,6 +205,26 @@ class SqliteMemtokStore:
                 "SELECT COUNT(*) FROM memtoks WHERE tenant = ? AND user_id = ?", (tenant, user)
             ).fetchone()
         return int(n)
+
+    def user_mode(self, tenant: str, user: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT mode FROM user_modes WHERE tenant = ? AND user_id = ?", (tenant, user)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_user_mode(self, tenant: str, user: str, mode: str | None) -> None:
+        with self._lock:
+            if mode is None:
+                self._db.execute(
+                    "DELETE FROM user_modes WHERE tenant = ? AND user_id = ?", (tenant, user)
+                )
+            else:
+                self._db.execute(
+                    "INSERT INTO user_modes (tenant, user_id, mode) VALUES (?, ?, ?) "
+                    "ON CONFLICT(tenant, user_id) DO UPDATE SET mode = excluded.mode",
+                    (tenant, user, mode),
+                )
 
     def close(self) -> None:
         with self._lock:

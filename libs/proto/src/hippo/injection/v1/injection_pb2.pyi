@@ -7,6 +7,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class InfluenceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INFLUENCE_MODE_UNSPECIFIED: _ClassVar[InfluenceMode]
+    INFLUENCE_MODE_OFF: _ClassVar[InfluenceMode]
+    INFLUENCE_MODE_DISCLOSE_ONLY: _ClassVar[InfluenceMode]
+    INFLUENCE_MODE_ON: _ClassVar[InfluenceMode]
+
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ROLE_UNSPECIFIED: _ClassVar[Role]
@@ -27,6 +34,10 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_EOS_TOKEN: _ClassVar[FinishReason]
     FINISH_REASON_STOP_SEQUENCE: _ClassVar[FinishReason]
+INFLUENCE_MODE_UNSPECIFIED: InfluenceMode
+INFLUENCE_MODE_OFF: InfluenceMode
+INFLUENCE_MODE_DISCLOSE_ONLY: InfluenceMode
+INFLUENCE_MODE_ON: InfluenceMode
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -39,6 +50,72 @@ FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_EOS_TOKEN: FinishReason
 FINISH_REASON_STOP_SEQUENCE: FinishReason
+
+class PlanInfluenceRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "query", "mode", "time_us")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    query: str
+    mode: InfluenceMode
+    time_us: int
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., query: _Optional[str] = ..., mode: _Optional[_Union[InfluenceMode, str]] = ..., time_us: _Optional[int] = ...) -> None: ...
+
+class PlanInfluenceResponse(_message.Message):
+    __slots__ = ("mode", "influences", "audit_json")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    INFLUENCES_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    mode: InfluenceMode
+    influences: _containers.RepeatedCompositeFieldContainer[Influence]
+    audit_json: str
+    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ..., influences: _Optional[_Iterable[_Union[Influence, _Mapping]]] = ..., audit_json: _Optional[str] = ...) -> None: ...
+
+class WriteMemtoksRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "query", "reply", "time_us")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    query: str
+    reply: str
+    time_us: int
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., query: _Optional[str] = ..., reply: _Optional[str] = ..., time_us: _Optional[int] = ...) -> None: ...
+
+class WriteMemtoksResponse(_message.Message):
+    __slots__ = ("audit_json", "created", "merged", "evicted")
+    AUDIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    audit_json: str
+    created: int
+    merged: int
+    evicted: int
+    def __init__(self, audit_json: _Optional[str] = ..., created: _Optional[int] = ..., merged: _Optional[int] = ..., evicted: _Optional[int] = ...) -> None: ...
+
+class SetUserInfluenceRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "mode")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    mode: InfluenceMode
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., mode: _Optional[_Union[InfluenceMode, str]] = ...) -> None: ...
+
+class SetUserInfluenceResponse(_message.Message):
+    __slots__ = ("mode",)
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    mode: InfluenceMode
+    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")

@@ -60,6 +60,21 @@ class InjectionServiceStub:
                 request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.InfoRequest.SerializeToString,
                 response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.PlanInfluence = channel.unary_unary(
+                '/hippo.injection.v1.InjectionService/PlanInfluence',
+                request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceRequest.SerializeToString,
+                response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceResponse.FromString,
+                _registered_method=True)
+        self.WriteMemtoks = channel.unary_unary(
+                '/hippo.injection.v1.InjectionService/WriteMemtoks',
+                request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksRequest.SerializeToString,
+                response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksResponse.FromString,
+                _registered_method=True)
+        self.SetUserInfluence = channel.unary_unary(
+                '/hippo.injection.v1.InjectionService/SetUserInfluence',
+                request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.SerializeToString,
+                response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.FromString,
+                _registered_method=True)
 
 
 class InjectionServiceServicer:
@@ -102,6 +117,33 @@ class InjectionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanInfluence(self, request, context):
+        """PlanInfluence runs the memtok pipeline for one operator query (docs/memtok.md): LLM1
+        selects salient words, the store gives a shortlist by key similarity, LLM2 re-scores
+        it up to a middle layer, and the winners get strength = capped count x time decay x
+        similarity (none below the minimum similarity). Returns the influences to pass to
+        Generate (empty unless the mode is ON) and the audit record of every step.
+        FAILED_PRECONDITION when this deployment has no memtok store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteMemtoks(self, request, context):
+        """WriteMemtoks, after a reply: ranks the operator's query words and stores those above
+        the minimum rank; the reply's words wait in a buffer for the next query.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetUserInfluence(self, request, context):
+        """SetUserInfluence records a user's influence mode, used when a request names none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InjectionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -129,6 +171,21 @@ def add_InjectionServiceServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.InfoRequest.FromString,
                     response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.InfoResponse.SerializeToString,
+            ),
+            'PlanInfluence': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanInfluence,
+                    request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceRequest.FromString,
+                    response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceResponse.SerializeToString,
+            ),
+            'WriteMemtoks': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteMemtoks,
+                    request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksRequest.FromString,
+                    response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksResponse.SerializeToString,
+            ),
+            'SetUserInfluence': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetUserInfluence,
+                    request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.FromString,
+                    response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +324,87 @@ class InjectionService:
             '/hippo.injection.v1.InjectionService/Info',
             hippo_dot_injection_dot_v1_dot_injection__pb2.InfoRequest.SerializeToString,
             hippo_dot_injection_dot_v1_dot_injection__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanInfluence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.injection.v1.InjectionService/PlanInfluence',
+            hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceRequest.SerializeToString,
+            hippo_dot_injection_dot_v1_dot_injection__pb2.PlanInfluenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteMemtoks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.injection.v1.InjectionService/WriteMemtoks',
+            hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksRequest.SerializeToString,
+            hippo_dot_injection_dot_v1_dot_injection__pb2.WriteMemtoksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetUserInfluence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.injection.v1.InjectionService/SetUserInfluence',
+            hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.SerializeToString,
+            hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
