@@ -156,6 +156,16 @@ def test_values_schema_refuses(values: dict[str, Any], message: str) -> None:
         chart.validate_schema(merged("default", values))
 
 
+@pytest.mark.parametrize(
+    ("service", "key"),
+    [("embedding", "PORT"), ("summariser", "drain_seconds"), ("gateway", "API_KEYS")],
+)
+def test_env_cannot_override_what_the_manifests_are_built_from(service: str, key: str) -> None:
+    """A PORT set through `env` would move the server but not its probes and Service."""
+    with pytest.raises(helm.HelmError, match=rf"{service}\.env\.{key}: the chart sets"):
+        render(merged("default", {service: {"env": {key: "1"}}}))
+
+
 def test_api_keys_are_required() -> None:
     """The gateway refuses to start without keys: the chart refuses to render instead."""
     with pytest.raises(helm.HelmError, match=r"gateway\.apiKeys is required"):

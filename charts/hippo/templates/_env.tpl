@@ -45,7 +45,13 @@ peers, data dir, grace); the service block's `env` adds or overrides the rest.
 {{- $_ := set $env "WITNESS_PATH" "/witness/witness.log" }}
 {{- end }}
 {{- end }}
+{{- /* Values the probes, Services, volumes and grace periods are rendered from: set
+       through the block's own keys, or the pod and its manifests would disagree. */}}
+{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" }}
 {{- range $k, $v := $svc.env }}
+{{- if has (upper $k) $owned }}
+{{- fail (printf "%s.env.%s: the chart sets HIPPO_%s_%s from the %s block's own values (ports, graceSeconds, secrets); set it there" $name $k (upper $name) (upper $k) $name) }}
+{{- end }}
 {{- $_ := set $env (upper $k) (toString $v) }}
 {{- end }}
 {{- range $k := keys $env | sortAlpha }}
