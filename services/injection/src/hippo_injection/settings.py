@@ -101,9 +101,10 @@ class InjectionSettings(ServiceSettings):
         "memtok-keys/, the Qdrant edge shard of key vectors, rebuilt from it if lost).",
     )
     embedding_addr: str = Field(
-        "127.0.0.1:50052",
+        "",
         description="The embedding service (key vectors of memtoks and of the salient query "
-        "words). Empty: no memtok store; influence requests answer FAILED_PRECONDITION.",
+        "words); `hippo up` sets it. Empty: no memtok store is opened and the influence RPCs "
+        "answer FAILED_PRECONDITION.",
     )
     memtok_layer: int = Field(
         3,
