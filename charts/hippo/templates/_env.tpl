@@ -1,7 +1,8 @@
 {{/*
 The non-secret settings of one service, as a YAML map of HIPPO_<SVC>_<FIELD> -> value:
 dict "root" $ "name" "gateway". The chart sets what wiring needs (bind address, ports,
-peers, data dir, grace); the service block's `env` adds or overrides the rest.
+peers, data dir, grace); the service block's `env` adds the rest and may redirect a peer
+or the OTLP endpoint (not what the manifests themselves are built from: see $owned).
 */}}
 {{- define "hippo.env" -}}
 {{- $root := .root -}}
