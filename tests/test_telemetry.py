@@ -472,6 +472,27 @@ def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
         assert servers and all(clients[s.parent_id].name == s.name for s in servers)
 
 
+def test_spooled_audit_deliveries_rejoin_the_callers_trace(telemetry: Telemetry) -> None:
+    """The gateway spools audit events and delivers them later in batches; each delivery
+    is a span in the trace of a Memory call that spooled one of its events, and the
+    audit service's Append is its grandchild (through the client span)."""
+    receiver = telemetry.receiver
+
+    def deliveries() -> list[Span]:
+        return [s for s in receiver.spans if s.name == "audit.deliver"]
+
+    _wait_for_spans(receiver, lambda: len(deliveries()) > 0)
+    assert deliveries()
+    for delivery in deliveries():
+        spans = [s for s in receiver.spans if s.trace_id == delivery.trace_id]
+        roots = [s for s in spans if not s.parent_id]
+        assert len(roots) == 1 and roots[0].service == "hippo-gateway"
+        assert roots[0].name.startswith("/hippo.memory.v1.MemoryService/")
+        calls = {s.span_id for s in spans if s.kind == 3 and s.parent_id == delivery.span_id}
+        audit = [s for s in spans if s.service == "hippo-audit" and s.parent_id in calls]
+        assert [s.name.rsplit("/", 1)[-1] for s in audit] in (["Append"], ["ForgetUser"])
+
+
 def test_health_checks_make_no_spans(telemetry: Telemetry) -> None:
     # The launcher polled every service's health while starting the cluster.
     assert telemetry.receiver.spans

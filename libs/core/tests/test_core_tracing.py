@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 from core_harness import Harness, start
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -44,3 +45,28 @@ async def test_downstream_server_span_joins_the_callers_trace(harness: Harness) 
     inner = next(s for s in servers if s is not outer)
     assert clients[0].parent is not None and clients[0].parent.span_id == outer.context.span_id
     assert inner.parent is not None and inner.parent.span_id == clients[0].context.span_id
+
+
+def test_deferred_work_rejoins_the_first_callers_trace_and_links_the_rest() -> None:
+    """A batch delivered later (the gateway's audit spool) is a child of the first
+    request that contributed to it and links the others, so each trace shows it."""
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = trace.get_tracer("test")
+    origins = []
+    for name in ("first", "second", "second-again"):
+        with tracer.start_as_current_span(name if name != "second-again" else "second"):
+            origins.append(tracing.traceparent())
+    assert all(o.startswith("00-") for o in origins)
+    with tracing.resumed("deliver", [origins[0], "", origins[1], origins[1]]):
+        pass
+    with tracing.resumed("nothing", ["", "garbage"]):  # no origin: no span at all
+        pass
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert "nothing" not in spans
+    deliver, first = spans["deliver"], spans["first"]
+    assert deliver.context.trace_id == first.context.trace_id
+    assert deliver.parent is not None and deliver.parent.span_id == first.context.span_id
+    linked = [link.context.span_id for link in deliver.links]
+    assert len(linked) == 1  # the second origin, once, though given twice
+    assert tracing.traceparent() == ""  # outside any span

@@ -7,9 +7,11 @@ client spans and propagate W3C trace context across services.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
 from opentelemetry.instrumentation.grpc.filters import any_of, negate, service_prefix
 from opentelemetry.sdk.resources import Resource
@@ -50,3 +52,31 @@ def server_interceptor() -> Any:
 
 def client_interceptors() -> list[Any]:
     return list(aio_client_interceptors(filter_=_INFRA))  # type: ignore[no-untyped-call]
+
+
+def traceparent() -> str:
+    """The current span as a W3C `traceparent` ('' outside any span): stored beside work
+    that is done later (a spooled audit event) so that work can rejoin this trace."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+@contextlib.contextmanager
+def resumed(name: str, origins: Sequence[str]) -> Iterator[None]:
+    """A span for deferred work, in the trace of the first of `origins` (traceparents)
+    and linked to the others: a batch serves several requests, and each request's trace
+    should show where its part went. Without origins, nothing is added."""
+    spans = [trace.get_current_span(propagate.extract({"traceparent": o})) for o in origins]
+    valid = [s.get_span_context() for s in spans if s.get_span_context().is_valid]
+    if not valid:
+        yield
+        return
+    parent = trace.set_span_in_context(trace.NonRecordingSpan(valid[0]))
+    distinct = {(c.trace_id, c.span_id): c for c in valid[1:]}
+    distinct.pop((valid[0].trace_id, valid[0].span_id), None)
+    links = [trace.Link(c) for c in distinct.values()]
+    tracer = trace.get_tracer("hippo")
+    with tracer.start_as_current_span(name, context=parent, links=links) as span:
+        span.set_attribute("hippo.batch.size", len(origins))
+        yield

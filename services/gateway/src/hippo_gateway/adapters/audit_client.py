@@ -8,6 +8,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 
 from hippo.audit.v1 import audit_pb2, audit_pb2_grpc
+from hippo_core import tracing
 from hippo_core.client import calling
 from hippo_gateway.domain.audit import AuditEvent, AuditRecord, EraseUser, Verification
 
@@ -68,8 +69,10 @@ class GrpcAuditLog:
 
     async def append(self, events: Sequence[AuditEvent]) -> list[int]:
         request = audit_pb2.AppendRequest(entries=[new_entry(e) for e in events])
-        async with calling("audit"):
-            reply = await self._stub.Append(request)
+        # Spooled events are delivered later, in batches: rejoin their callers' traces.
+        with tracing.resumed("audit.deliver", [e.trace_parent for e in events]):
+            async with calling("audit"):
+                reply = await self._stub.Append(request)
         return [a.seq for a in reply.entries]
 
     async def erase_user(self, erase: EraseUser) -> int:
@@ -79,8 +82,9 @@ class GrpcAuditLog:
             actor=erase.actor,
             idempotency_key=erase.event_id,
         )
-        async with calling("audit"):
-            reply = await self._stub.ForgetUser(request)
+        with tracing.resumed("audit.deliver", [erase.trace_parent]):
+            async with calling("audit"):
+                reply = await self._stub.ForgetUser(request)
         return int(reply.audit_seq)
 
     async def read(

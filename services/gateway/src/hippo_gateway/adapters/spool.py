@@ -22,9 +22,11 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hippo_core import tracing
 from hippo_core.errors import FailedPrecondition
 from hippo_gateway.domain.audit import AuditEvent, EraseUser, Item
 
@@ -89,6 +91,9 @@ class SqliteSpool:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def put(self, items: Sequence[Item]) -> None:
+        origin = tracing.traceparent()  # the caller's span; `_flush` runs in another task
+        if origin:
+            items = [i if i.trace_parent else replace(i, trace_parent=origin) for i in items]
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((items, future))
         if self._flusher is None or self._flusher.done():

@@ -83,6 +83,9 @@ class AuditEvent:
     private: Json | None = None  # derived from user content: sealed under the user's key
     actor: str = ACTOR
     event_id: str = field(default_factory=new_id)
+    # The W3C traceparent of the call that decided it, set by the spool: the delivery,
+    # later and batched, then shows up in that call's trace. Opaque here, never sent.
+    trace_parent: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class EraseUser:
     user: str
     actor: str = ACTOR
     event_id: str = field(default_factory=new_id)
+    trace_parent: str = ""  # as AuditEvent.trace_parent
 
 
 Item = AuditEvent | EraseUser
