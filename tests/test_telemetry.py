@@ -230,19 +230,12 @@ class Telemetry:
 
 
 def _load(cluster: LocalCluster, round_: int) -> None:
-    """A short, varied load: every panel's metric sees at least one event per round.
-
-    Round 0 also streams a Chat, applies an influence and forgets a session (the slow or
-    one-off calls); both rounds store new turns, recall, build a context and fail twice.
-    """
-    from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
+    """One round of a short, varied load: store new turns (merges follow), recall in
+    every mode (the repeat hits the embedding cache), build a context, fail twice."""
     from hippo.memory.v1 import memory_pb2 as pb
     from hippo.memory.v1 import memory_pb2_grpc
 
-    with (
-        grpc.insecure_channel(cluster.gateway) as gateway,
-        grpc.insecure_channel(cluster.addrs["injection"]) as llm,
-    ):
+    with grpc.insecure_channel(cluster.gateway) as gateway:
         memory = memory_pb2_grpc.MemoryServiceStub(gateway)
         scope = pb.Scope(user_id="tel", session_id="s1")
         facts = [
@@ -279,8 +272,20 @@ def _load(cluster: LocalCluster, round_: int) -> None:
             memory.Recall(pb.RecallRequest(scope=pb.Scope(user_id="tel"), query="x"), timeout=10)
         with pytest.raises(grpc.RpcError):  # INVALID_ARGUMENT
             memory.Recall(pb.RecallRequest(scope=pb.Scope(user_id="no spaces")), metadata=KEY)
-        if round_ > 0:
-            return
+
+
+def _one_offs(cluster: LocalCluster) -> None:
+    """The slower calls, once, while no merge holds the model: a streamed Chat, an audit
+    check, an influence applied, a session forgotten."""
+    from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
+    from hippo.memory.v1 import memory_pb2 as pb
+    from hippo.memory.v1 import memory_pb2_grpc
+
+    with (
+        grpc.insecure_channel(cluster.gateway) as gateway,
+        grpc.insecure_channel(cluster.addrs["injection"]) as llm,
+    ):
+        memory = memory_pb2_grpc.MemoryServiceStub(gateway)
         chat = pb.ChatRequest(
             scope=pb.Scope(user_id="tel", session_id="s2"),
             message="Say hello.",
@@ -376,6 +381,8 @@ def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Telemetry]:
             for round_ in range(2):
                 _load(cluster, round_)
                 merged = _merges_settle(cluster.metrics["summariser"], above=merged)
+                if round_ == 0:
+                    _one_offs(cluster)
                 time.sleep(2.5)  # at least two scrapes between the rounds and after
             exported = {name: _scrape(url) for name, url in cluster.metrics.items()}
             yield Telemetry(cluster, prometheus, receiver, exported)

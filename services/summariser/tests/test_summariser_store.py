@@ -139,3 +139,19 @@ def test_uncounted_turns_and_sessions_over_budget_are_pending(store: SqliteSessi
     assert counted is not None and counted.window[0].tokens == 7
     assert counted.version == session.version + 1
     assert set(store.pending(20)) == {big}
+
+
+def test_session_count_follows_appends_and_erasure_and_is_zero_once_closed(
+    tmp_path: Path,
+) -> None:
+    """The store-size gauge reads it at scrape time, also while the service shuts down."""
+    store = SqliteSessionStore(tmp_path / "s.sqlite3")
+    assert store.session_count() == 0
+    store.append(A, turns("a"), 1)
+    store.append(SessionKey("acme", "u1", "s2"), turns("b"), 1)
+    store.append(A, turns("a", "c"), 2)  # same session: still two
+    assert store.session_count() == 2
+    store.forget("acme", "u1", "s2", [])  # a whole session
+    assert store.session_count() == 1
+    store.close()
+    assert store.session_count() == 0

@@ -11,6 +11,7 @@ import structlog
 from hippo.summariser.v1 import summariser_pb2, summariser_pb2_grpc
 from hippo_core import client
 from hippo_core.server.app import Service, run
+from hippo_summariser import metrics
 from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
@@ -60,6 +61,7 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         store = await asyncio.to_thread(
             SqliteSessionStore, Path(settings.data_dir) / "sessions.sqlite3"
         )
+        metrics.SESSIONS.set_function(store.session_count)
         # Made inside the server's loop (aio channels bind to it). The injection service
         # is not awaited: until it answers, turns are stored uncounted (see service.py).
         injection = client.channel(settings.injection_addr, settings.client)

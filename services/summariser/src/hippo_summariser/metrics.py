@@ -74,6 +74,10 @@ SUMMARIES_ERASED = Counter(
     "hippo_summariser_summaries_erased",
     "Summaries erased by Forget because a turn merged into them was forgotten.",
 )
+SESSIONS = Gauge(
+    "hippo_summariser_sessions",
+    "Sessions held in the session store (all tenants), counted at scrape time.",
+)
 AUDIT_OUTBOX = Gauge(
     "hippo_summariser_audit_outbox",
     "Merge events committed but not yet in the audit log (grows while it is unreachable).",
