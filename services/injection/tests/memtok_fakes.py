@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hippo_injection.adapters.memtok_keys import RetrievalKeyIndex
+from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
 from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
 from hippo_injection.domain.memtok.models import Observation, Vector
 from hippo_injection.domain.memtok.policy import Policy
@@ -59,7 +59,7 @@ def open_store(
     policy = policy or Policy()
     return MemtokStore(
         SqliteMemtokStore(root / "memtok.sqlite3"),
-        RetrievalKeyIndex.edge(root / "memtok-keys"),
+        EdgeKeyIndex(root / "memtok-keys"),
         BagEmbedder(),
         values or FakeValues(),
         policy,

@@ -4,6 +4,7 @@ exactly what was applied."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,7 +71,10 @@ def test_applied_influences_match_the_audit_body(
     assert body["influence_mode"] == "on" and body["shortlist"] == 3
     assert body["llm2_kept"] == 3
     applied = body["influences"]
-    assert isinstance(applied, list) and {a["word"] for a in applied} == {"cat", "mat"}
+    words = plan.private_body()["words"]
+    assert isinstance(applied, list) and isinstance(words, dict)
+    assert {words[a["memtok_id"]] for a in applied} == {"cat", "mat"}
+    assert "cat" not in json.dumps(body) and "mat" not in json.dumps(body)  # ids only
     items = {m.id: m for m in store.items.by_user("t", "u")}
     assert len(plan.influences) == len(applied)
     for entry, influence in zip(applied, plan.influences, strict=True):
@@ -80,8 +84,8 @@ def test_applied_influences_match_the_audit_body(
         assert influence.strength == pytest.approx(entry["strength"], abs=1e-6)
         np.testing.assert_array_equal(influence.vector, item.value)
         assert entry["count"] == item.count
-    cat = next(a for a in applied if a["word"] == "cat")
-    mat = next(a for a in applied if a["word"] == "mat")
+    cat = next(a for a in applied if words[a["memtok_id"]] == "cat")
+    mat = next(a for a in applied if words[a["memtok_id"]] == "mat")
     assert cat["count"] == 2 and cat["strength"] > 0 and mat["strength"] > 0
     skipped = [s for s in body["skipped"] if isinstance(s, dict)]  # type: ignore[union-attr]
     assert [s["reason"] for s in skipped] == ["below_min_similarity"]  # the dog
@@ -129,6 +133,6 @@ def test_write_admits_query_words_and_buffers_reply_words(
     assert {w.word for w in report.written if w.outcome == "new"} == {"the", "cat", "sat"}
     assert report.buffered == 3 and sorted(store.buffered("t", "u")) == ["a", "dog", "ran"]
     plan = pipeline.plan("t", "u", "hello dog", T0 + 1, Mode.DISCLOSE_ONLY)
-    assert plan.audit_body()["promoted"] == ["dog"]
+    assert plan.audit_body()["promoted"] == 1 and plan.private_body()["promoted"] == ["dog"]
     dog = next(m for m in store.items.by_user("t", "u") if m.word == "dog")
     assert dog.source.value == "model"

@@ -11,6 +11,7 @@ from hippo_core import client
 from hippo_core.server.app import Service, run
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder
+from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
@@ -91,7 +92,12 @@ def build(settings: GatewaySettings) -> Service:
             recorder=recorder,
         )
         servicer.chat = ChatService(
-            memory, builder, TgiLlm(settings.llm_url, settings.llm_timeout_seconds)
+            memory,
+            builder,
+            TgiLlm(settings.llm_url, settings.llm_timeout_seconds),
+            # The injection service's memtok pipeline: influence per request or per user
+            # (off by default; a service without a store answers as off).
+            GrpcInfluencer(injection),
         )
         servicer.context = builder
         servicer.service = memory

@@ -244,6 +244,7 @@ def plan_response(plan: Plan) -> pb.PlanInfluenceResponse:
             for i in plan.influences
         ],
         audit_json=json.dumps(plan.audit_body(), sort_keys=True),
+        private_json=json.dumps(plan.private_body(), sort_keys=True),
     )
 
 
@@ -251,6 +252,7 @@ def write_response(report: WriteReport) -> pb.WriteMemtoksResponse:
     counts = report.counts()
     return pb.WriteMemtoksResponse(
         audit_json=json.dumps(report.audit_body(), sort_keys=True),
+        private_json=json.dumps(report.private_body(), sort_keys=True),
         created=counts.get("new", 0),
         merged=counts.get("merged", 0),
         evicted=counts.get("evicted", 0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hippo_injection.adapters.memtok_keys import RetrievalKeyIndex
+from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
 from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
 from hippo_injection.domain.engine import Engine
 from hippo_injection.domain.memtok.pipeline import InfluencePipeline, PipelineSettings, Weights
@@ -52,7 +52,7 @@ def open_store(
     root = Path(s.data_dir)
     items = SqliteMemtokStore(root / "memtok.sqlite3")
     try:
-        keys = RetrievalKeyIndex.edge(root / "memtok-keys")
+        keys = EdgeKeyIndex(root / "memtok-keys")
     except BaseException:
         items.close()
         raise

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
-from hippo_core.errors import InvalidArgument, Unimplemented
+from hippo_core.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from hippo_gateway.domain import validation
 from hippo_gateway.domain.audit import AuditEvent
 from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
-from hippo_gateway.domain.models import BuiltContext, Generation, Role, TurnIn
-from hippo_gateway.domain.ports import Llm
+from hippo_gateway.domain.models import BuiltContext, Generation, InfluencePlan, Role, TurnIn
+from hippo_gateway.domain.ports import Influencer, Llm
 
 MAX_NEW_TOKENS = 2048
 DEFAULT_NEW_TOKENS = 256
@@ -83,10 +84,17 @@ def check_generation(params: Generation) -> Generation:
 
 
 class ChatService:
-    def __init__(self, memory: MemoryService, context: ContextBuilder, llm: Llm) -> None:
+    def __init__(
+        self,
+        memory: MemoryService,
+        context: ContextBuilder,
+        llm: Llm,
+        influencer: Influencer | None = None,
+    ) -> None:
         self._memory = memory
         self._context = context
         self._llm = llm
+        self._influencer = influencer
 
     async def chat(
         self,
@@ -100,9 +108,9 @@ class ChatService:
         influence: str = Influence.DEFAULT,
     ) -> AsyncIterator[ChatEvent]:
         generation = check_generation(params)
-        if influence == Influence.ON:
-            # Residual influence needs the memtok store, which this deployment does not run
-            # (docs/injection.md: on this model it did not help; disclosure-only is safe).
+        if influence == Influence.ON and self._influencer is None:
+            # Residual influence needs the memtok store (the injection service's), which
+            # this deployment does not reach.
             raise Unimplemented("influence ON needs the memtok store, not deployed here")
         context = await self._context.build(
             tenant,
@@ -113,23 +121,48 @@ class ChatService:
             query_field="message",
             max_query_bytes=validation.MAX_TEXT_BYTES,
         )
-        # No memtok store here, so nothing is ever selected; OFF is the default (the
-        # sweep found residual influence does not help this model: docs/injection.md).
+        plan: InfluencePlan | None = None
+        # No memtok store reached, or OFF asked: nothing is selected; OFF is the default
+        # (the sweep found residual influence does not help this model: injection.md).
         mode = Influence.OFF if influence == Influence.DEFAULT else influence
-        influence_body = {"influence_mode": mode, "influences": []}
+        if self._influencer is not None and influence != Influence.OFF:
+            # The request's mode, else the user's recorded one, else off.
+            asked = None if influence == Influence.DEFAULT else influence
+            try:
+                plan = await self._influencer.plan(tenant, user, message, asked)
+                mode = plan.mode
+            except FailedPrecondition:
+                if asked is not None:
+                    raise  # ON / DISCLOSE_ONLY asked of an injection service with no store
+        influence_body: dict[str, Any] = {
+            "influence_mode": mode,
+            "influences": list(plan.body.get("influences", [])) if plan else [],
+        }
         if context.budget + generation.max_new_tokens > context.context_length:
             raise InvalidArgument(
                 "token_budget",
                 f"token_budget {context.budget} + max_new_tokens {generation.max_new_tokens} "
                 f"exceeds the model's context length {context.context_length}",
             )
+        recorder = self._context.recorder
+        if plan is not None and mode != Influence.OFF and recorder is not None:
+            # The pipeline's steps, as the injection service reported them: selected
+            # words, shortlist, LLM2, what was applied and skipped (and why).
+            event = AuditEvent(
+                tenant, "influence", user, session, body=plan.body, private=dict(plan.private)
+            )
+            await recorder.record(event)
         disclosed = await self._context.disclose(
-            tenant, user, session, message, context, influence_body
+            tenant, user, session, message, context, plan.body if plan else influence_body
         )
         yield Started(context, disclosed.note)
         pieces: list[str] = []
         finish, generated = "", 0
-        async for piece in self._llm.stream(context.prompt, generation):
+        if plan is not None and mode == Influence.ON and plan.influences:
+            stream = self._influencer.stream(context.prompt, generation, plan)  # type: ignore[union-attr]
+        else:  # nothing to apply: the plain model, exactly as with influence off
+            stream = self._llm.stream(context.prompt, generation)
+        async for piece in stream:
             if piece.text:
                 yield Token(piece.text, len(pieces))
                 pieces.append(piece.text)
@@ -142,7 +175,19 @@ class ChatService:
         stored = await self._memory.remember(tenant, user, session, turns)
         ids = [*stored.memory_ids, ""]
         seq = 0
-        recorder = self._context.recorder
+        if plan is not None and mode != Influence.OFF and self._influencer is not None:
+            written, words = await self._influencer.write(tenant, user, message, reply)
+            if recorder is not None:
+                await recorder.record(
+                    AuditEvent(
+                        tenant,
+                        "memtok_write",
+                        user,
+                        session,
+                        body=dict(written),
+                        private=dict(words),
+                    )
+                )
         if recorder is not None:
             exchange = AuditEvent(
                 tenant,

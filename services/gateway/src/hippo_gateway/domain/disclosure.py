@@ -108,11 +108,24 @@ def _influences(body: Mapping[str, Any]) -> list[str]:
     applied: list[Mapping[str, Any]] = list(body.get("influences", []))
     if mode == "off":
         return ["Influence: off."]
+    lines = []
+    if "shortlist" in body:  # the memtok pipeline's steps (issue 8)
+        skipped: dict[str, int] = {}
+        for item in body.get("skipped", []):
+            reason = str(item.get("reason", "?"))
+            skipped[reason] = skipped.get(reason, 0) + 1
+        why = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(skipped.items()))
+        lines.append(
+            f"Influence search: {len(body.get('selected', []))} query words selected, "
+            f"shortlist {body['shortlist']} (top similarity "
+            f"{float(body.get('top_similarity', 0)):.2f}), LLM2 kept {body.get('llm2_kept', 0)}"
+            + (f"; skipped: {why}." if why else ".")
+        )
     if not applied:
-        return ["Influence: none selected (nothing passed the minimum similarity)."]
+        return [*lines, "Influence: none selected (nothing passed the minimum similarity)."]
     verb = "selected, not applied" if mode == "disclose_only" else "applied"
     parts = ", ".join(
         f"{a['memtok_id']} (layer {a['layer']}, strength {float(a['strength']):.2f})"
         for a in applied
     )
-    return [f"Influence {verb}: {parts}."]
+    return [*lines, f"Influence {verb}: {parts}."]

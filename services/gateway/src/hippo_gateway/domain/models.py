@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -224,3 +225,15 @@ class Piece:
     text: str
     finish_reason: str = ""
     generated_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class InfluencePlan:
+    """What the injection service's memtok pipeline chose for one query: the mode it
+    applied, the audit bodies of its steps, and the influences to generate with (packed
+    float32 vector, layer, strength), empty unless the mode is "on"."""
+
+    mode: str
+    body: Mapping[str, Any]  # ids and numbers: the audit entry's public body
+    private: Mapping[str, Any] = field(default_factory=dict)  # the words: sealed per user
+    influences: tuple[tuple[bytes, int, float], ...] = ()

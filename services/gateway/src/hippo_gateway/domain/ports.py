@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from hippo_gateway.domain.models import (
     ChatMessage,
     Counted,
     Generation,
+    InfluencePlan,
     Memory,
     Piece,
     Recalled,
@@ -82,3 +83,22 @@ class Llm(Protocol):
     """Text generation (a TGI-compatible endpoint, through the text-generation client)."""
 
     def stream(self, prompt: str, params: Generation) -> AsyncIterator[Piece]: ...
+
+
+class Influencer(Protocol):
+    """The memtok pipeline of the injection service (issue 8)."""
+
+    async def plan(self, tenant: str, user: str, query: str, mode: str | None) -> InfluencePlan:
+        """Run the pipeline for `query`; `mode` None: the user's recorded mode (else off)."""
+        ...
+
+    def stream(self, prompt: str, params: Generation, plan: InfluencePlan) -> AsyncIterator[Piece]:
+        """Generate from the raw `prompt` with the plan's influences applied."""
+        ...
+
+    async def write(
+        self, tenant: str, user: str, query: str, reply: str
+    ) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """Rank and store the query's words, buffer the reply's; the audit entry's public
+        body (ids, numbers) and private part (the words)."""
+        ...

@@ -1,62 +1,165 @@
-"""Memtok key vectors through retrieval's vector-store port (`VectorIndex`): the same
-adapters (Qdrant edge in-process by default, a Qdrant server via qdrant-client) index
-memtoks as they index turns. A memtok is written as a turn-shaped record: its id as
-memory_id, tenant and user as the scope, session "memtok", no text (the item store holds
-the words). Every search carries tenant and user in the engine's filter."""
+"""Memtok key vectors in Qdrant's engine in-process (`qdrant_edge.EdgeShard`), the same
+engine and conventions as retrieval's vector index (services never import each other):
+the point id is the memtok id (a UUID); the payload holds tenant and user with keyword
+indexes (tenant as the engine's tenant key); every search carries both in the engine's
+`must` filter; upserts are conditional on the tenant and deletions are by filter
+(tenant AND id), so no tenant's write can touch another's point.
+
+The SQLite item store is the source of truth; this index records the last change seq it
+applied in `<path>.applied.json` (written after `flush()`), and the store rebuilds it
+when the two disagree. One owner per shard: the engine locks its WAL."""
 
 from __future__ import annotations
 
+import json
+import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_edge import (
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HasIdCondition,
+    KeywordIndexParams,
+    MatchValue,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    UpdateOperation,
+)
 
 from hippo_injection.domain.memtok.models import Memtok, Vector
-from hippo_retrieval.domain.models import Deletion, Role, Scope, StoredTurn
-from hippo_retrieval.domain.ports import VectorIndex
 
-SESSION = "memtok"
+TENANT, USER, ID = "tenant", "user_id", "memtok_id"
 
 
-class RetrievalKeyIndex:
-    def __init__(self, index: VectorIndex) -> None:
-        self._index = index
+def _tenant(tenant: str) -> Filter:
+    return Filter(must=[FieldCondition(key=TENANT, match=MatchValue(value=tenant))])
 
-    @classmethod
-    def edge(cls, path: Path, dimension: int = 384) -> RetrievalKeyIndex:
-        from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
 
-        return cls(EdgeVectorIndex(path, dimension))
+class EdgeKeyIndex:
+    def __init__(self, path: Path, dimension: int = 384) -> None:
+        self._path = Path(path)
+        self._dimension = dimension
+        self._sidecar = self._path.with_name(self._path.name + ".applied.json")
+        self._lock = threading.Lock()
+        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+        existed = self._path.is_dir() and any(self._path.iterdir())
+        if existed:
+            self._shard: EdgeShard | None = EdgeShard.load(str(self._path), config)
+        else:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._shard = EdgeShard.create(str(self._path), config)
+        try:
+            have = set(self._shard.info().payload_schema)
+            wanted: dict[str, Any] = {
+                TENANT: KeywordIndexParams(is_tenant=True),
+                USER: PayloadSchemaType.Keyword,
+            }
+            for field, schema in wanted.items():
+                if field not in have:
+                    self._shard.update(UpdateOperation.create_field_index(field, schema))
+            self._shard.flush()
+            self._applied = self._read() if existed else 0
+            if not existed:
+                self._write(0)
+        except BaseException:
+            self._shard.close()
+            self._shard = None
+            raise
+
+    def _read(self) -> int:
+        try:
+            data = json.loads(self._sidecar.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return 0
+        seq = data.get("applied_seq") if isinstance(data, dict) else None
+        return seq if isinstance(seq, int) and seq >= 0 else 0
+
+    def _write(self, seq: int) -> None:
+        tmp = self._sidecar.with_name(self._sidecar.name + ".tmp")
+        tmp.write_text(json.dumps({"applied_seq": seq}), encoding="utf-8")
+        tmp.replace(self._sidecar)
+        self._applied = seq
+
+    def _require(self) -> EdgeShard:
+        if self._shard is None:
+            raise RuntimeError(f"EdgeKeyIndex {self._path} is closed")
+        return self._shard
 
     def upsert(self, items: Sequence[Memtok], seq: int) -> None:
-        changes = [
-            StoredTurn(
-                seq=seq,
-                memory_id=m.id,
-                tenant=m.tenant,
-                user=m.user,
-                session=SESSION,
-                role=Role.USER if m.source.value == "operator" else Role.ASSISTANT,
-                text="",
-                time_us=m.created_us,
-                client_id="",
-                metadata={},
-                vector=m.key,
+        by_tenant: dict[str, list[Point]] = {}
+        for m in items:
+            row = np.asarray(m.key, dtype=np.float32)
+            if row.shape != (self._dimension,) or not np.all(np.isfinite(row)) or not row.any():
+                continue  # no direction: cosine cannot score it
+            point = Point(
+                str(uuid.UUID(m.id)),
+                [float(x) for x in row],
+                {ID: m.id, TENANT: m.tenant, USER: m.user},
             )
-            for m in items
-        ]
-        if not changes:
-            # Only the applied seq moves (a rebuild that found nothing).
-            changes = [Deletion(seq, "\x00none", "\x00none")]  # type: ignore[list-item]
-        self._index.apply(changes)
+            by_tenant.setdefault(m.tenant, []).append(point)
+        with self._lock:
+            shard = self._require()
+            for tenant, points in by_tenant.items():
+                shard.update(UpdateOperation.upsert_points(points, condition=_tenant(tenant)))
+            shard.flush()
+            self._write(max(seq, self._applied))
 
     def delete(self, tenant: str, ids: Sequence[str], seq: int) -> None:
-        self._index.apply([Deletion(seq, tenant, i) for i in ids])
+        point_ids: set[int | uuid.UUID | str] = {str(uuid.UUID(i)) for i in ids}
+        with self._lock:
+            shard = self._require()
+            if point_ids:
+                owned = Filter(
+                    must=[
+                        FieldCondition(key=TENANT, match=MatchValue(value=tenant)),
+                        HasIdCondition(point_ids),
+                    ]
+                )
+                shard.update(UpdateOperation.delete_points_by_filter(owned))
+            shard.flush()
+            self._write(max(seq, self._applied))
 
     def search(self, tenant: str, user: str, vector: Vector, limit: int) -> list[tuple[str, float]]:
-        hits = self._index.search(Scope(tenant, user, session=SESSION), vector, limit)
-        return [(h.memory_id, h.score) for h in hits]
+        row = np.asarray(vector, dtype=np.float32)
+        if limit <= 0 or not np.all(np.isfinite(row)) or not row.any():
+            return []
+        if not tenant or not user:
+            raise ValueError("a key search needs tenant and user")
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest([float(x) for x in row]),
+            filter=Filter(
+                must=[
+                    FieldCondition(key=TENANT, match=MatchValue(value=tenant)),
+                    FieldCondition(key=USER, match=MatchValue(value=user)),
+                ]
+            ),
+            with_payload=[ID],
+        )
+        with self._lock:
+            hits = self._require().query(request)
+        return [(str((h.payload or {})[ID]), float(h.score)) for h in hits]
 
     def applied_seq(self) -> int:
-        return self._index.applied_seq()
+        with self._lock:
+            return self._applied
 
     def close(self) -> None:
-        self._index.close()
+        with self._lock:
+            if self._shard is None:
+                return
+            shard, self._shard = self._shard, None
+            try:
+                shard.flush()
+            finally:
+                shard.close()

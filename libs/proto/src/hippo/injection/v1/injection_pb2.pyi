@@ -66,14 +66,16 @@ class PlanInfluenceRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., query: _Optional[str] = ..., mode: _Optional[_Union[InfluenceMode, str]] = ..., time_us: _Optional[int] = ...) -> None: ...
 
 class PlanInfluenceResponse(_message.Message):
-    __slots__ = ("mode", "influences", "audit_json")
+    __slots__ = ("mode", "influences", "audit_json", "private_json")
     MODE_FIELD_NUMBER: _ClassVar[int]
     INFLUENCES_FIELD_NUMBER: _ClassVar[int]
     AUDIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    PRIVATE_JSON_FIELD_NUMBER: _ClassVar[int]
     mode: InfluenceMode
     influences: _containers.RepeatedCompositeFieldContainer[Influence]
     audit_json: str
-    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ..., influences: _Optional[_Iterable[_Union[Influence, _Mapping]]] = ..., audit_json: _Optional[str] = ...) -> None: ...
+    private_json: str
+    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ..., influences: _Optional[_Iterable[_Union[Influence, _Mapping]]] = ..., audit_json: _Optional[str] = ..., private_json: _Optional[str] = ...) -> None: ...
 
 class WriteMemtoksRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "query", "reply", "time_us")
@@ -90,16 +92,18 @@ class WriteMemtoksRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., query: _Optional[str] = ..., reply: _Optional[str] = ..., time_us: _Optional[int] = ...) -> None: ...
 
 class WriteMemtoksResponse(_message.Message):
-    __slots__ = ("audit_json", "created", "merged", "evicted")
+    __slots__ = ("audit_json", "created", "merged", "evicted", "private_json")
     AUDIT_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     MERGED_FIELD_NUMBER: _ClassVar[int]
     EVICTED_FIELD_NUMBER: _ClassVar[int]
+    PRIVATE_JSON_FIELD_NUMBER: _ClassVar[int]
     audit_json: str
     created: int
     merged: int
     evicted: int
-    def __init__(self, audit_json: _Optional[str] = ..., created: _Optional[int] = ..., merged: _Optional[int] = ..., evicted: _Optional[int] = ...) -> None: ...
+    private_json: str
+    def __init__(self, audit_json: _Optional[str] = ..., created: _Optional[int] = ..., merged: _Optional[int] = ..., evicted: _Optional[int] = ..., private_json: _Optional[str] = ...) -> None: ...
 
 class SetUserInfluenceRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "mode")

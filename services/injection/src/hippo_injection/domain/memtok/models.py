@@ -103,17 +103,33 @@ class WriteReport:
         return out
 
     def audit_body(self) -> dict[str, object]:
+        """What was written, merged, compressed and evicted, in the clear: outcomes, ids,
+        counts and keep scores; words that were rejected are only counted. No words
+        (see `private_body`)."""
+        rejected: dict[str, int] = {}
+        for w in self.written:
+            if w.outcome == "rejected":
+                rejected[w.reason] = rejected.get(w.reason, 0) + 1
         return {
             "writes": [
-                {"word": w.word, "outcome": w.outcome, "memtok_id": w.memtok_id, "count": w.count}
-                | ({"reason": w.reason} if w.reason else {})
+                {"outcome": w.outcome, "memtok_id": w.memtok_id, "count": w.count}
                 for w in self.written
+                if w.outcome != "rejected"
             ],
+            "rejected": rejected,
             "removed": [
-                {"memtok_id": r.memtok_id, "word": r.word, "outcome": r.outcome, "keep": r.keep}
+                {"memtok_id": r.memtok_id, "outcome": r.outcome, "keep": round(r.keep, 4)}
                 for r in self.removed
             ],
             "buffered": self.buffered,
+            "promoted": len(self.promoted),
+        }
+
+    def private_body(self) -> dict[str, object]:
+        """The words behind the public body (the audit log seals them per user)."""
+        return {
+            "words": {w.memtok_id: w.word for w in self.written if w.memtok_id},
+            "removed": {r.memtok_id: r.word for r in self.removed},
             "promoted": list(self.promoted),
         }
 

@@ -66,7 +66,6 @@ class Applied:
     def body(self, layer: int) -> dict[str, object]:
         return {
             "memtok_id": self.memtok_id,
-            "word": self.word,
             "layer": layer,
             "strength": round(self.strength, 6),
             "similarity": round(self.similarity, 4),
@@ -89,15 +88,25 @@ class Plan:
     influences: list[Influence] = field(default_factory=list)  # empty unless mode ON
 
     def audit_body(self) -> dict[str, object]:
-        """The steps as the audit log records them (ids, numbers, no vectors)."""
+        """The steps as the audit log records them in the clear: ids and numbers, never
+        the user's words (those are in `private_body`) and never vectors."""
         return {
             "influence_mode": self.mode.value,
-            "selected": [{"word": w, "rank": round(r, 4)} for w, r in self.selected],
+            "selected": [round(r, 4) for _, r in self.selected],  # ranks of the words chosen
             "shortlist": self.shortlist,
             "top_similarity": round(self.top_similarity, 4),
             "llm2_kept": self.llm2_kept,
             "influences": [a.body(self.layer) for a in self.applied],
             "skipped": list(self.skipped),
+            "promoted": len(self.promoted.promoted),
+            "writes": self.promoted.audit_body()["writes"],
+        }
+
+    def private_body(self) -> dict[str, object]:
+        """The words behind the public body (the audit log seals them per user)."""
+        return {
+            "selected": [w for w, _ in self.selected],
+            "words": {a.memtok_id: a.word for a in self.applied},
             "promoted": list(self.promoted.promoted),
         }
 

@@ -1,0 +1,88 @@
+"""The injection service's memtok pipeline (PlanInfluence, WriteMemtoks) and influenced
+generation (Generate with the plan's influences) over gRPC: the `Influencer` port."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+
+from hippo.injection.v1 import injection_pb2 as pb
+from hippo.injection.v1 import injection_pb2_grpc
+from hippo_core.client import calling
+from hippo_gateway.domain.models import Generation, InfluencePlan, Piece
+
+_MODES = {
+    "off": pb.INFLUENCE_MODE_OFF,
+    "disclose_only": pb.INFLUENCE_MODE_DISCLOSE_ONLY,
+    "on": pb.INFLUENCE_MODE_ON,
+}
+_NAMES = {value: name for name, value in _MODES.items()}
+_FINISH = {
+    pb.FINISH_REASON_LENGTH: "length",
+    pb.FINISH_REASON_EOS_TOKEN: "eos_token",
+    pb.FINISH_REASON_STOP_SEQUENCE: "stop_sequence",
+}
+
+
+class GrpcInfluencer:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = injection_pb2_grpc.InjectionServiceStub(channel)
+
+    async def plan(self, tenant: str, user: str, query: str, mode: str | None) -> InfluencePlan:
+        request = pb.PlanInfluenceRequest(
+            tenant=tenant,
+            user_id=user,
+            query=query,
+            mode=_MODES[mode] if mode else pb.INFLUENCE_MODE_UNSPECIFIED,
+        )
+        async with calling("injection"):
+            reply = await self._stub.PlanInfluence(request)
+        influences = tuple((i.vector, int(i.layer), float(i.strength)) for i in reply.influences)
+        return InfluencePlan(
+            _NAMES.get(reply.mode, "off"),
+            json.loads(reply.audit_json),
+            json.loads(reply.private_json or "{}"),
+            influences,
+        )
+
+    async def stream(
+        self, prompt: str, params: Generation, plan: InfluencePlan
+    ) -> AsyncIterator[Piece]:
+        sampling = pb.Sampling(do_sample=params.temperature > 0)
+        if params.temperature > 0:
+            sampling.temperature = params.temperature
+            sampling.top_k = params.top_k
+            sampling.top_p = params.top_p
+            if params.seed:
+                sampling.seed = params.seed
+        request = pb.GenerateRequest(
+            prompt=prompt,
+            max_new_tokens=params.max_new_tokens,
+            stop_sequences=list(params.stop),
+            sampling=sampling,
+            influences=[
+                pb.Influence(vector=v, layer=layer, strength=s, positions=pb.POSITIONS_ALL)
+                for v, layer, s in plan.influences
+            ],
+        )
+        async with calling("injection"):
+            async for item in self._stub.Generate(request):
+                text = "" if item.token.special else item.token.text
+                if item.HasField("finish"):
+                    reason = _FINISH.get(item.finish.reason, "length")
+                    yield Piece(text, reason, int(item.finish.generated_tokens))
+                else:
+                    yield Piece(text)
+
+    async def write(
+        self, tenant: str, user: str, query: str, reply: str
+    ) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        request = pb.WriteMemtoksRequest(tenant=tenant, user_id=user, query=query, reply=reply)
+        async with calling("injection"):
+            result = await self._stub.WriteMemtoks(request)
+        body: dict[str, Any] = json.loads(result.audit_json)
+        private: dict[str, Any] = json.loads(result.private_json or "{}")
+        return body, private
