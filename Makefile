@@ -32,6 +32,9 @@ proto: $(STAMP) ## Regenerate libs/proto from protos/ (commit the result)
 proto-check: $(STAMP) ## Fail if the committed generated code is stale
 	$(BIN)/python scripts/gen_protos.py --check
 
+dashboard: $(STAMP) ## Regenerate charts/hippo/dashboards/hippo.json from scripts/gen_dashboard.py
+	$(BIN)/python scripts/gen_dashboard.py
+
 env-example: $(STAMP) ## Regenerate deploy/hippo.env.example from the settings classes
 	$(BIN)/hippo env-example > deploy/hippo.env.example
 
@@ -82,4 +85,4 @@ deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, 
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check env-example lint fmt model prometheus test run bench deploy-check clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus test run bench deploy-check clean

@@ -87,6 +87,14 @@ def test_dashboard_has_the_rows_and_a_datasource_variable() -> None:
         assert f"histogram_quantile({quantile}, sum by (le, grpc_service, grpc_method)" in overview
 
 
+def test_dashboard_json_is_what_its_script_writes() -> None:
+    script = ROOT / "scripts" / "gen_dashboard.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def _documented() -> set[str]:
     return set(re.findall(r"^\| `([a-z0-9_]+)` \|", METRICS_DOC.read_text(), re.MULTILINE))
 
