@@ -320,3 +320,56 @@ def test_hippo_context_prints_the_zones(cluster: LocalCluster) -> None:
     for zone in ("system", "memories", "query"):
         assert f"── {zone} (" in result.stdout
     assert "The blue door is locked." in result.stdout
+
+
+def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) -> None:
+    from google.protobuf import json_format
+
+    from hippo.memory.v1 import memory_pb2 as pb
+
+    memory, _, channels = _stubs(cluster)
+    try:
+        scope = pb.Scope(user_id="influence-user", session_id="s1")
+
+        def chat(message: str, mode: int) -> list[pb.ChatResponse]:
+            request = pb.ChatRequest(
+                scope=scope,
+                message=message,
+                params=pb.GenerationParameters(max_new_tokens=4),
+                influence=mode,  # type: ignore[arg-type]
+            )
+            return list(memory.Chat(request, metadata=KEY, timeout=180))
+
+        fact = "My daughter Ingrid is allergic to peanuts, so never order satay for her."
+        chat(fact, pb.INFLUENCE_MODE_ON)
+        events = chat("What should I never order for Ingrid?", pb.INFLUENCE_MODE_ON)
+        assert events[-1].WhichOneof("event") == "end"
+        note = events[0].start.disclosure_note
+        assert "Influence search:" in note
+        off = chat("Hello there.", pb.INFLUENCE_MODE_UNSPECIFIED)  # the default: off
+        assert "Influence: off." in off[0].start.disclosure_note
+        entries = memory.ListAuditEntries(
+            pb.ListAuditEntriesRequest(scope=pb.Scope(user_id="influence-user"), page_size=1000),
+            metadata=KEY,
+            timeout=30,
+        ).entries
+        kinds = [e.event_type for e in entries]
+        assert kinds.count("influence") == 2 and kinds.count("memtok_write") == 2
+        first_write = json_format.MessageToDict(entries[kinds.index("memtok_write")].body)
+        assert any(w["outcome"] == "new" for w in first_write["writes"])
+        plan = json_format.MessageToDict(
+            [e for e in entries if e.event_type == "influence"][-1].body
+        )
+        assert plan["influence_mode"] == "on" and plan["shortlist"] > 0
+        for applied in plan["influences"]:  # the note names exactly what the entry applied
+            assert applied["memtok_id"] in note
+        if plan["influences"]:
+            assert "Influence applied: " in note
+        # The words are in the sealed per-user part, which the user's own read decrypts.
+        public = {k: v for k, v in plan.items() if k != "private"}
+        assert "Ingrid" not in str(public) and "Ingrid" in plan["private"]["selected"]
+        assert "satay" not in str({k: v for k, v in first_write.items() if k != "private"})
+        assert "satay" in first_write["private"]["words"].values()
+    finally:
+        for channel in channels:
+            channel.close()

@@ -97,7 +97,7 @@ def build(settings: GatewaySettings) -> Service:
             TgiLlm(settings.llm_url, settings.llm_timeout_seconds),
             # The injection service's memtok pipeline: influence per request or per user
             # (off by default; a service without a store answers as off).
-            GrpcInfluencer(injection),
+            GrpcInfluencer(injection, settings.llm_timeout_seconds),
         )
         servicer.context = builder
         servicer.service = memory

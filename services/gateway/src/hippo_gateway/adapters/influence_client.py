@@ -28,8 +28,11 @@ _FINISH = {
 
 
 class GrpcInfluencer:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, timeout_s: float) -> None:
+        # The LLM's timeout, not the peer default: these calls run model passes and wait
+        # behind other requests for the model (capped by the caller's remaining time).
         self._stub = injection_pb2_grpc.InjectionServiceStub(channel)
+        self._timeout = timeout_s
 
     async def plan(self, tenant: str, user: str, query: str, mode: str | None) -> InfluencePlan:
         request = pb.PlanInfluenceRequest(
@@ -39,7 +42,7 @@ class GrpcInfluencer:
             mode=_MODES[mode] if mode else pb.INFLUENCE_MODE_UNSPECIFIED,
         )
         async with calling("injection"):
-            reply = await self._stub.PlanInfluence(request)
+            reply = await self._stub.PlanInfluence(request, timeout=self._timeout)
         influences = tuple((i.vector, int(i.layer), float(i.strength)) for i in reply.influences)
         return InfluencePlan(
             _NAMES.get(reply.mode, "off"),
@@ -69,7 +72,7 @@ class GrpcInfluencer:
             ],
         )
         async with calling("injection"):
-            async for item in self._stub.Generate(request):
+            async for item in self._stub.Generate(request, timeout=self._timeout):
                 text = "" if item.token.special else item.token.text
                 if item.HasField("finish"):
                     reason = _FINISH.get(item.finish.reason, "length")
@@ -82,7 +85,7 @@ class GrpcInfluencer:
     ) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
         request = pb.WriteMemtoksRequest(tenant=tenant, user_id=user, query=query, reply=reply)
         async with calling("injection"):
-            result = await self._stub.WriteMemtoks(request)
+            result = await self._stub.WriteMemtoks(request, timeout=self._timeout)
         body: dict[str, Any] = json.loads(result.audit_json)
         private: dict[str, Any] = json.loads(result.private_json or "{}")
         return body, private
