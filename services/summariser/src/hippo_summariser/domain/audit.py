@@ -32,6 +32,7 @@ import structlog
 
 from hippo_core.errors import HippoError, InvalidArgument
 from hippo_summariser import metrics
+from hippo_summariser.domain import backoff
 from hippo_summariser.domain.models import MergeEvent
 from hippo_summariser.domain.ports import SessionStore
 
@@ -179,10 +180,9 @@ class AuditOutbox:
 
     async def _backoff(self, failures: int, exc: BaseException) -> None:
         cfg = self._config
-        delay = min(cfg.retry_max_seconds, cfg.retry_min_seconds * 2 ** (failures - 1))
-        delay = min(cfg.retry_max_seconds, delay * self._jitter())
-        log.warning("audit_retry_later", error=str(exc) or repr(exc), seconds=round(delay, 2))
-        await asyncio.sleep(delay)
+        wait = backoff.delay(failures, cfg.retry_min_seconds, cfg.retry_max_seconds, self._jitter())
+        log.warning("audit_retry_later", error=str(exc) or repr(exc), seconds=round(wait, 2))
+        await asyncio.sleep(wait)
 
     async def _report(self) -> None:
         live, dead = await asyncio.to_thread(self._store.outbox_depth)

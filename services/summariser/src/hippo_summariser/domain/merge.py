@@ -32,7 +32,7 @@ import structlog
 
 from hippo_core.errors import HippoError
 from hippo_summariser import metrics
-from hippo_summariser.domain import trimming
+from hippo_summariser.domain import backoff, trimming
 from hippo_summariser.domain.audit import AuditOutbox
 from hippo_summariser.domain.models import MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
@@ -187,10 +187,11 @@ class Merger:
 
     async def _backoff(self, key: SessionKey, failures: int, exc: BaseException) -> None:
         cfg = self._config
-        delay = min(cfg.backoff_max_seconds, cfg.backoff_initial_seconds * 2 ** (failures - 1))
-        delay = min(cfg.backoff_max_seconds, delay * self._jitter())
-        log.warning("merge_retry_later", error=str(exc) or repr(exc), seconds=round(delay, 2))
-        await asyncio.sleep(delay)
+        wait = backoff.delay(
+            failures, cfg.backoff_initial_seconds, cfg.backoff_max_seconds, self._jitter()
+        )
+        log.warning("merge_retry_later", error=str(exc) or repr(exc), seconds=round(wait, 2))
+        await asyncio.sleep(wait)
 
     async def _count(self, session: Session) -> None:
         turns = session.uncounted
