@@ -301,8 +301,9 @@ def _one_offs(cluster: LocalCluster) -> None:
         )
         list(memory.Chat(chat, metadata=KEY, timeout=120))
         memory.VerifyAudit(pb.VerifyAuditRequest(), metadata=KEY, timeout=30)
-        # The gateway does not apply influence in this deployment (no memtok store), so
-        # the influence panel is fed by the injection service directly.
+        # Through the gateway an influence is applied only when the memtok store holds a
+        # close enough match (a thin store injects nothing), which this short load does
+        # not build: the influence panel is fed by the injection service directly.
         stub = injection_pb2_grpc.InjectionServiceStub(llm)
         vector = stub.MakeValueVector(
             injection_pb2.MakeValueVectorRequest(text="cats", layer=4, scale_to_layer_norm=True),
