@@ -373,3 +373,13 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
     finally:
         for channel in channels:
             channel.close()
+
+
+def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(cluster: LocalCluster) -> None:
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
+    if not data.exists():
+        pytest.skip(f"no {data}")
+    result = _hippo(cluster, "seed", str(data), "--limit", "2", "--holdout", "1")
+    assert result.returncode == 0, result.stderr
+    assert "4 operator turns of 2 conversations" in result.stdout
+    assert "memtoks created" in result.stdout and "held back: conv-" in result.stdout

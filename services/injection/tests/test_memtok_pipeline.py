@@ -136,3 +136,15 @@ def test_write_admits_query_words_and_buffers_reply_words(
     assert plan.audit_body()["promoted"] == 1 and plan.private_body()["promoted"] == ["dog"]
     dog = next(m for m in store.items.by_user("t", "u") if m.word == "dog")
     assert dog.source.value == "model"
+
+
+def test_write_promotes_echoed_reply_words_when_no_plan_ran(
+    tiny_engine: TransformersEngine, store: MemtokStore
+) -> None:
+    pipeline = _pipeline(tiny_engine, store)
+    pipeline.write("t", "u", "the cat sat", "a dog ran", T0)
+    report = pipeline.write("t", "u", "hello dog", "", T0 + 1)
+    assert report.promoted == ["dog"] and store.buffered("t", "u") == []
+    sources = {(m.word, m.source.value) for m in store.items.by_user("t", "u")}
+    assert ("dog", "model") in sources and ("hello", "operator") in sources
+    assert not any(word == "ran" for word, _ in sources)  # not echoed: discarded

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_cli import audit, chat, launcher, memory, memtok, ops, replay
+from hippo_cli import audit, chat, launcher, memory, memtok, ops, replay, seed
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
@@ -110,6 +110,7 @@ cli.add_command(audit.audit)
 cli.add_command(chat.context)
 cli.add_command(chat.chat)
 cli.add_command(memtok.memtok)
+cli.add_command(seed.seed)
 
 
 @cli.command("env-example")

@@ -194,8 +194,13 @@ class InfluencePipeline:
     def write(self, tenant: str, user: str, query: str, reply: str, now_us: int) -> WriteReport:
         """After the reply: the operator's words ranked and admitted; the reply's ranked
         words wait in the buffer for the next query."""
+        # Reply words this query echoes (if no plan took them already), then its own.
+        promoted = self.store.promote(tenant, user, query, now_us)
         observed = salience.observe(query, salience.score_text(self.engine, query), self.policy)
         report = self.store.admit(tenant, user, observed, now_us, Source.OPERATOR)
+        report.written[:0] = promoted.written
+        report.removed[:0] = promoted.removed
+        report.promoted = promoted.promoted
         if reply.strip():
             said = salience.observe(reply, salience.score_text(self.engine, reply), self.policy)
             report.buffered = self.store.buffer_reply(tenant, user, said, now_us)
