@@ -130,6 +130,26 @@ def test_every_registered_metric_is_documented() -> None:
     assert ours - _documented() == set()
 
 
+def _label_values(metric: Any, label: str) -> set[str]:
+    return {sample.labels[label] for family in metric.collect() for sample in family.samples}
+
+
+def test_series_preset_at_zero_use_the_domains_own_label_values() -> None:
+    """Known label values are exported at zero from the start (so rate() sees the first
+    event); a preset value the code never uses would sit beside the live series."""
+    from hippo_gateway import metrics as gateway
+    from hippo_gateway.domain.models import Mode as GatewayMode
+    from hippo_injection import metrics as injection
+    from hippo_injection.domain.types import FinishReason
+    from hippo_retrieval import metrics as retrieval
+    from hippo_retrieval.domain.models import Mode as RetrievalMode
+
+    assert _label_values(gateway.RECALL_SECONDS, "mode") == {m.value for m in GatewayMode}
+    assert _label_values(retrieval.SEARCH_SECONDS, "mode") == {m.value for m in RetrievalMode}
+    reasons = {r.value for r in FinishReason}
+    assert _label_values(injection.GENERATED_TOKENS, "finish_reason") == reasons
+
+
 # --- the running cluster ----------------------------------------------------------------
 
 

@@ -30,3 +30,8 @@ DROPPED = Counter(
 )
 QUEUED = Gauge("hippo_embedding_queue_texts", "Texts waiting for the model now.")
 CACHE_ENTRIES = Gauge("hippo_embedding_cache_entries", "Vectors held in the LRU cache.")
+
+# Known label values start at zero: a series born at its first event is first scraped
+# at 1, so rate() never shows that event and a ratio of two such series has gaps.
+for _label in ("model", "cache"):
+    TEXTS.labels(_label)

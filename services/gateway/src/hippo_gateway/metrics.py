@@ -53,3 +53,13 @@ AUDIT_DEAD = Counter(
     "Audit items the service refused for good (INVALID_ARGUMENT: a bug), moved to the "
     "spool's dead-letter table instead of blocking the queue.",
 )
+
+# Known label values start at zero: a series born at its first event is first scraped
+# at 1, so rate() never shows that event and a ratio of two such series has gaps.
+for _mode in ("hybrid", "lexical", "semantic"):
+    RECALL_SECONDS.labels(_mode)
+    RECALL_HITS.labels(_mode)
+for _label in ("created", "deduplicated"):
+    TURNS.labels(_label)
+for _label in ("spool", "direct"):
+    AUDIT_RECORD_SECONDS.labels(_label)

@@ -44,3 +44,10 @@ MODEL_BUSY_SECONDS = Counter(
     "hippo_injection_model_busy_seconds",
     "Seconds the model thread spent on calls (rate() of it is the model's utilisation).",
 )
+
+# Known label values start at zero: a series born at its first event is first scraped
+# at 1, so rate() never shows that event and a ratio of two such series has gaps.
+for _label in ("prefill", "decode"):
+    FORWARD_SECONDS.labels(_label)
+for _label in ("length", "eos_token", "stop_sequence"):
+    GENERATED_TOKENS.labels(_label)

@@ -42,3 +42,13 @@ def record_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
     SEQ.labels("vector").set(vector_seq)
     LAG.labels("lexical").set(store_seq - lexical_seq)
     LAG.labels("vector").set(store_seq - vector_seq)
+
+
+# Known label values start at zero: a series born at its first event is first scraped
+# at 1, so rate() never shows that event and a ratio of two such series has gaps.
+for _mode in ("hybrid", "lexical", "semantic"):
+    SEARCH_SECONDS.labels(_mode)
+for _label in ("lexical", "semantic"):
+    CANDIDATES.labels(_label)
+for _label in ("created", "existing"):
+    WRITES.labels(_label)

@@ -96,3 +96,18 @@ AUDIT_FAILURES = Counter(
     "Failed deliveries of the outbox to the audit service, by error (retried with backoff).",
     ["error"],
 )
+
+# Known label values start at zero: a series born at its first event is first scraped
+# at 1, so rate() never shows that event and a ratio of two such series has gaps.
+for _label in ("appended", "duplicate"):
+    TURNS.labels(_label)
+for _label in ("committed", "conflict"):
+    MERGES.labels(_label)
+for _label in ("llm", "final"):
+    RETENTION.labels(_label)
+for _label in ("checked", "kept_llm", "kept"):
+    FACTS.labels(_label)
+for _label in ("strict_retry", "facts_sentence", "invented_sentence"):
+    REPAIRS.labels(_label)
+for _label in ("unavailable", "rejected"):
+    LLM_ERRORS.labels(_label)
