@@ -86,6 +86,9 @@ class Plan:
     skipped: list[dict[str, object]] = field(default_factory=list)
     promoted: WriteReport = field(default_factory=WriteReport)
     influences: list[Influence] = field(default_factory=list)  # empty unless mode ON
+    # LLM2's kept candidates, best merged score first: (memtok id, salience, similarity,
+    # LLM2 score, merged). For measurement (bench/influence_eval.py), not the audit log.
+    ranked: list[tuple[str, float, float, float, float]] = field(default_factory=list)
 
     def audit_body(self) -> dict[str, object]:
         """The steps as the audit log records them in the clear: ids and numbers, never
@@ -159,6 +162,7 @@ class InfluencePipeline:
             for i in range(len(kept))
         ]
         ranked = sorted(range(len(kept)), key=lambda i: -merged[i])
+        plan.ranked = [(kept[i][0].id, sal[i], kept[i][1], l2[i], merged[i]) for i in ranked]
         for i in ranked:
             item, similarity, _ = kept[i]
             strength = rules.strength(item, similarity, now_us, self.policy)
