@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -60,6 +61,7 @@ def build(settings: InjectionSettings) -> Service:
     """The injection service for `Runner`; the model loads during warm-up."""
     servicer = InjectionServicer(settings)
     queue = ModelQueue(settings.max_waiting)
+    schedulers: list[Any] = []  # the memtok store's timers, when it has one
     http = TgiHttpApi(
         servicer._domain,
         settings.http_timeout_seconds,
@@ -84,11 +86,24 @@ def build(settings: InjectionSettings) -> Service:
         if settings.embedding_addr:
             # Opening the store checks its model id and layer: a store of another model
             # stops the start (run `hippo memtok rebuild`).
-            servicer.memtok = await asyncio.to_thread(open_memtok, settings, engine, queue)
+            memtok = await asyncio.to_thread(open_memtok, settings, engine, queue)
+            servicer.memtok = memtok
+            from hippo_injection.domain.memtok.scheduler import MemtokScheduler
+
+            scheduler = MemtokScheduler(
+                memtok.pipeline.store,
+                queue,
+                settings.memtok_consolidate_seconds,
+                settings.memtok_resurface_seconds,
+            )
+            scheduler.start()
+            schedulers.append(scheduler)
         servicer.service = service
 
     async def close() -> None:
         await http.stop()
+        for scheduler in schedulers:
+            await scheduler.stop()
         await queue.close()
         if servicer.memtok is not None:
             servicer.memtok.close()

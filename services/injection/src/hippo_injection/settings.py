@@ -177,6 +177,18 @@ class InjectionSettings(ServiceSettings):
         description="Reply words per user waiting for the next query (only echoed ones are "
         "stored).",
     )
+    memtok_consolidate_seconds: float = Field(
+        3600.0,
+        ge=0,
+        description="Every this many seconds, near-duplicate memtoks are merged and weak ones "
+        "packed to int8 (logged); 0: never.",
+    )
+    memtok_resurface_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="Every this many seconds, memtoks an operator marked whose time has come "
+        "return to full influence (logged); 0: never.",
+    )
     influence_shortlist: int = Field(
         100, ge=1, le=1000, description="Shortlist taken from the store per query (50-200)."
     )
