@@ -474,15 +474,17 @@ def _trace_of(receiver: OtlpReceiver, service: str, name: str) -> list[Span]:
 
 
 def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
-    """Remember reaches injection through the summariser (CountTokens), BuildContext fans
-    out from the gateway to four services, VerifyAudit reaches the audit service. Each is
-    one trace whose spans form one tree rooted at the gateway."""
+    """Remember reaches injection through the summariser (CountTokens), BuildContext and
+    Chat fan out from the gateway to four services (Chat's reply over HTTP), VerifyAudit
+    reaches the audit service. Each is one trace whose spans form one tree rooted at the
+    gateway."""
     receiver = telemetry.receiver
     memory = "/hippo.memory.v1.MemoryService"
     wanted = {
         f"{memory}/Remember": {"embedding", "retrieval", "summariser", "injection"},
         f"{memory}/BuildContext": {"embedding", "retrieval", "summariser", "injection"},
         f"{memory}/VerifyAudit": {"audit"},
+        f"{memory}/Chat": {"embedding", "retrieval", "summariser", "injection"},
     }
 
     def services(method: str) -> set[str]:
@@ -505,7 +507,13 @@ def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
         # Every downstream server span is the child of the caller's client span.
         servers = [s for s in spans if s.kind == 2 and s is not roots[0]]
         clients = {s.span_id: s for s in spans if s.kind == 3}
-        assert servers and all(clients[s.parent_id].name == s.name for s in servers)
+        assert servers
+        wrong = [(s.service, s.name) for s in servers if clients[s.parent_id].name != s.name]
+        assert wrong == [], method
+    # Chat streams its reply over the LLM host's TGI HTTP API: in the trace too.
+    chat = _trace_of(receiver, "hippo-gateway", f"{memory}/Chat")
+    http = [s for s in chat if s.service == "hippo-injection" and s.name.startswith("POST /")]
+    assert len(http) == 1 and http[0].kind == 2
 
 
 def test_spooled_audit_deliveries_rejoin_the_callers_trace(telemetry: Telemetry) -> None:

@@ -70,3 +70,24 @@ def test_deferred_work_rejoins_the_first_callers_trace_and_links_the_rest() -> N
     linked = [link.context.span_id for link in deliver.links]
     assert len(linked) == 1  # the second origin, once, though given twice
     assert tracing.traceparent() == ""  # outside any span
+
+
+def test_http_calls_carry_the_trace_in_headers() -> None:
+    """The gateway's Chat reaches the LLM host over TGI's HTTP API: the client span's
+    headers make the host's server span its child, in the caller's trace."""
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+    with (
+        trace.get_tracer("test").start_as_current_span("chat"),
+        tracing.http_client_span("POST /generate_stream") as headers,
+    ):
+        assert headers["traceparent"].startswith("00-")
+        with tracing.http_server_span("POST /generate_stream", headers):
+            pass
+    spans = exporter.get_finished_spans()
+    chat = next(s for s in spans if s.name == "chat")
+    client = next(s for s in spans if s.kind == trace.SpanKind.CLIENT)
+    server = next(s for s in spans if s.kind == trace.SpanKind.SERVER)
+    assert {s.context.trace_id for s in (chat, client, server)} == {chat.context.trace_id}
+    assert client.parent is not None and client.parent.span_id == chat.context.span_id
+    assert server.parent is not None and server.parent.span_id == client.context.span_id

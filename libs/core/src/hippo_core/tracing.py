@@ -8,7 +8,7 @@ client spans and propagate W3C trace context across services.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -79,4 +79,35 @@ def resumed(name: str, origins: Sequence[str]) -> Iterator[None]:
     tracer = trace.get_tracer("hippo")
     with tracer.start_as_current_span(name, context=parent, links=links) as span:
         span.set_attribute("hippo.batch.size", len(origins))
+        yield
+
+
+# HTTP has no interceptors here (the TGI-compatible API between the gateway and the LLM
+# host): these two carry the trace across it the way gRPC metadata does.
+
+
+@contextlib.contextmanager
+def http_client_span(name: str) -> Iterator[dict[str, str]]:
+    """A client span for an outbound HTTP call; yields the headers that carry it. The span
+    is never made current, so it is safe inside an async generator that may be closed
+    from another task (an attached context would fail to detach there)."""
+    span = trace.get_tracer("hippo").start_span(name, kind=trace.SpanKind.CLIENT)
+    headers: dict[str, str] = {}
+    propagate.inject(headers, context=trace.set_span_in_context(span))
+    try:
+        yield headers
+    except BaseException as exc:
+        span.record_exception(exc)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        span.end()
+
+
+@contextlib.contextmanager
+def http_server_span(name: str, headers: Mapping[str, str]) -> Iterator[None]:
+    """The server span of an inbound HTTP request, in the caller's trace if it sent one."""
+    parent = propagate.extract(dict(headers))
+    tracer = trace.get_tracer("hippo")
+    with tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER):
         yield

@@ -21,6 +21,7 @@ import structlog
 from aiohttp import web
 
 from hippo_core import context as request_context
+from hippo_core import tracing
 from hippo_core.errors import Code, DeadlineExceeded, HippoError, InvalidArgument
 from hippo_injection import tgi_convert
 from hippo_injection.domain.service import InjectionService
@@ -65,7 +66,7 @@ class TgiHttpApi:
         self.port = 0
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors])
+        app = web.Application(middlewares=[self._traced, self._errors])
         app.router.add_post("/", self.compat)
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/generate_stream", self.generate_stream)
@@ -86,6 +87,12 @@ class TgiHttpApi:
         """Stop accepting, give requests in flight the grace period, then close."""
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _traced(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # The gateway's Chat sends its trace context in the headers (traceparent).
+        with tracing.http_server_span(f"{request.method} {request.path}", request.headers):
+            return await handler(request)
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:

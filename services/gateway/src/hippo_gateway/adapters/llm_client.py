@@ -15,6 +15,7 @@ from text_generation import AsyncClient
 from text_generation import errors as tgi
 
 from hippo_core import context as request_context
+from hippo_core import tracing
 from hippo_core.errors import (
     DeadlineExceeded,
     HippoError,
@@ -50,27 +51,29 @@ class TgiLlm:
         timeout = self._timeout if remaining is None else min(self._timeout, remaining)
         if timeout <= 0:
             raise DeadlineExceeded("the call's deadline has already passed")
-        client = AsyncClient(self._url, timeout=max(1, math.ceil(timeout)))
-        sampling = params.temperature > 0
-        stream = client.generate_stream(
-            prompt,
-            do_sample=sampling,
-            max_new_tokens=params.max_new_tokens,
-            temperature=params.temperature if sampling else None,
-            top_p=params.top_p if sampling and 0 < params.top_p < 1 else None,
-            top_k=params.top_k if sampling and params.top_k > 0 else None,
-            seed=params.seed or None,
-            stop_sequences=list(params.stop) or None,
-        )
-        try:
-            async for response in stream:
-                text = "" if response.token.special else response.token.text
-                details = response.details
-                if details is not None:
-                    yield Piece(text, details.finish_reason.value, details.generated_tokens)
-                else:
-                    yield Piece(text)
-        except HippoError:
-            raise
-        except Exception as exc:  # the client raises its own and aiohttp's exceptions
-            raise _error(exc) from exc
+        # `generate_stream` posts to TGI's compat route, "/", with stream=true.
+        with tracing.http_client_span("POST /") as headers:
+            client = AsyncClient(self._url, headers=headers, timeout=max(1, math.ceil(timeout)))
+            sampling = params.temperature > 0
+            stream = client.generate_stream(
+                prompt,
+                do_sample=sampling,
+                max_new_tokens=params.max_new_tokens,
+                temperature=params.temperature if sampling else None,
+                top_p=params.top_p if sampling and 0 < params.top_p < 1 else None,
+                top_k=params.top_k if sampling and params.top_k > 0 else None,
+                seed=params.seed or None,
+                stop_sequences=list(params.stop) or None,
+            )
+            try:
+                async for response in stream:
+                    text = "" if response.token.special else response.token.text
+                    details = response.details
+                    if details is not None:
+                        yield Piece(text, details.finish_reason.value, details.generated_tokens)
+                    else:
+                        yield Piece(text)
+            except HippoError:
+                raise
+            except Exception as exc:  # the client raises its own and aiohttp's exceptions
+                raise _error(exc) from exc
