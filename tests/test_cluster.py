@@ -361,6 +361,8 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
             [e for e in entries if e.event_type == "influence"][-1].body
         )
         assert plan["influence_mode"] == "on" and plan["shortlist"] > 0
+        ended = [i.memtok_id for i in events[-1].end.influences]
+        assert ended == [a["memtok_id"] for a in plan["influences"]]  # ChatEnd says the same
         for applied in plan["influences"]:  # the note names exactly what the entry applied
             assert applied["memtok_id"] in note
         if plan["influences"]:

@@ -167,7 +167,11 @@ async def test_on_generates_with_influence_and_audits_every_step() -> None:
         "LLM2 kept 3; skipped: 1 below min similarity.",
         "Influence applied: k1 (layer 3, strength 0.05).",
     ]
-    assert isinstance(events[-1], Finished)
+    end = events[-1]
+    assert isinstance(end, Finished)
+    assert [(i["memtok_id"], i["source_words"], i["strength"]) for i in end.influences] == [
+        ("k1", "satay", 0.05)
+    ]
 
 
 async def test_the_users_recorded_mode_applies_when_the_request_names_none() -> None:

@@ -355,6 +355,15 @@ def chat_response(event: ChatEvent) -> memory_pb2.ChatResponse:
             generated_tokens=event.generated_tokens,
             user_memory_id=event.user_memory_id,
             assistant_memory_id=event.assistant_memory_id,
+            influences=[
+                memory_pb2.AppliedInfluence(
+                    memtok_id=str(i["memtok_id"]),
+                    source_words=str(i.get("source_words", "")),
+                    layer=int(i["layer"]),
+                    strength=float(i["strength"]),
+                )
+                for i in event.influences
+            ],
             audit_seq=event.audit_seq,
         )
     )

@@ -8,7 +8,7 @@ or failed stream stores nothing, so a session never holds half a reply.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,8 @@ class Finished:
     user_memory_id: str
     assistant_memory_id: str
     audit_seq: int
+    # The influences selected (applied when ON): memtok_id, source_words, layer, strength.
+    influences: tuple[Mapping[str, Any], ...] = ()
 
 
 ChatEvent = Started | Token | Finished
@@ -203,4 +205,9 @@ class ChatService:
                 },
             )
             seq = await recorder.record(exchange, wait=True)
-        yield Finished(finish or "length", generated, ids[0], ids[1], seq)
+        words = plan.private.get("words", {}) if plan else {}
+        selected = tuple(
+            {**item, "source_words": words.get(item["memtok_id"], "")}
+            for item in influence_body["influences"]
+        )
+        yield Finished(finish or "length", generated, ids[0], ids[1], seq, selected)
