@@ -148,3 +148,15 @@ def test_write_promotes_echoed_reply_words_when_no_plan_ran(
     sources = {(m.word, m.source.value) for m in store.items.by_user("t", "u")}
     assert ("dog", "model") in sources and ("hello", "operator") in sources
     assert not any(word == "ran" for word, _ in sources)  # not echoed: discarded
+
+
+def test_salience_passes_leave_the_model_as_it_was(tiny_engine: TransformersEngine) -> None:
+    from hippo_injection.domain.types import Attendable
+
+    ids = [tiny_engine.bos_id, *tiny_engine.tokenize("the cat sat on")]
+    cont = tiny_engine.tokenize("the mat")
+    before = tiny_engine.score(ids, cont, [], Attendable())
+    tiny_engine.token_salience(ids)
+    tiny_engine.span_attention(ids, [(1, 3)], (3, 5), 2)
+    assert tiny_engine.score(ids, cont, [], Attendable()) == before  # bit-identical
+    assert tiny_engine.model.config._attn_implementation == "sdpa"
