@@ -395,11 +395,23 @@ def audit(d: Layout) -> None:
         ("min (hippo_audit_writable)", "writable"),
     )
     d.panel(
-        "Gateway audit spool",
-        "Events spooled at the gateway and not yet delivered; appended by event type.",
+        "Entries appended / s",
+        "Audit entries appended, by event type.",
         "short",
-        ("sum (hippo_gateway_audit_spool_depth)", "spooled"),
-        (rate("hippo_audit_entries_appended_total", "event_type"), "appended {{event_type}}"),
+        (rate("hippo_audit_entries_appended_total", "event_type"), "{{event_type}}"),
+    )
+    d.panel(
+        "Not yet in the log",
+        "Events waiting for the audit service: the gateway's spool and the summariser's "
+        "outbox (both grow while it is unreachable), and events refused for good (a bug).",
+        "short",
+        ("sum (hippo_gateway_audit_spool_depth)", "gateway spool"),
+        ("sum (hippo_summariser_audit_outbox)", "summariser outbox"),
+        (
+            "sum (hippo_gateway_audit_dead_letters_total)"
+            " + sum (hippo_summariser_audit_outbox_dead)",
+            "refused",
+        ),
     )
 
 
