@@ -372,6 +372,13 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
         assert "Ingrid" not in str(public) and "Ingrid" in plan["private"]["selected"]
         assert "satay" not in str({k: v for k, v in first_write.items() if k != "private"})
         assert "satay" in first_write["private"]["words"].values()
+        # Per user: recorded once, it applies to requests that name no mode.
+        result = _hippo(cluster, "memtok", "mode", "--user", "influence-user", "disclose_only")
+        assert result.returncode == 0, result.stderr
+        assert "influence for local/influence-user: disclose_only" in result.stdout
+        again = chat("What should I never order for Ingrid?", pb.INFLUENCE_MODE_UNSPECIFIED)
+        assert "Influence search:" in again[0].start.disclosure_note
+        assert "Influence applied" not in again[0].start.disclosure_note
     finally:
         for channel in channels:
             channel.close()

@@ -195,7 +195,9 @@ class InjectionSettings(ServiceSettings):
     influence_llm2_layer: int = Field(
         6, ge=0, le=255, description="LLM2 re-scores the shortlist up to this layer."
     )
-    influence_llm2_keep: int = Field(16, ge=1, description="Candidates LLM2 keeps.")
+    influence_llm2_keep: int = Field(
+        16, ge=1, description="Candidates kept after LLM2 and the merge (the best merged)."
+    )
     influence_max_inject: int = Field(4, ge=0, le=256, description="Most items applied per query.")
     influence_select_share: float = Field(
         0.3,
@@ -204,11 +206,11 @@ class InjectionSettings(ServiceSettings):
         description="Share of the query's words (best LLM1 rank first) that are searched.",
     )
     influence_weight_salience: float = Field(
-        0.2, ge=0, description="Merge weight of the item's LLM1 salience (highest rank)."
+        0.0, ge=0, description="Merge weight of the item's LLM1 salience (highest rank)."
     )
     influence_weight_similarity: float = Field(
-        0.5, ge=0, description="Merge weight of the key similarity to the salient words."
+        1.0, ge=0, description="Merge weight of the key similarity to the salient words."
     )
     influence_weight_llm2: float = Field(
-        0.3, ge=0, description="Merge weight of LLM2's attention to the item's words."
+        0.25, ge=0, description="Merge weight of LLM2's attention to the item's words."
     )

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import numpy as np
-
 from hippo_injection.domain.engine import Engine
 from hippo_injection.domain.memtok import policy as rules
 from hippo_injection.domain.memtok import salience
@@ -38,9 +36,11 @@ class Mode(StrEnum):
 class Weights:
     """Merge weights of the three scores (each normalised to [0, 1] over the shortlist)."""
 
-    salience: float = 0.2
-    similarity: float = 0.5
-    llm2: float = 0.3
+    # Tuned on the even probes of bench/influence_eval.py (grid 0-1 in steps of 0.25):
+    # the item's own salience only hurt, similarity carries it, LLM2 breaks ties.
+    salience: float = 0.0
+    similarity: float = 1.0
+    llm2: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PipelineSettings:
     layer: int = 3  # the sweep's best safe residual layer
     shortlist: int = 100  # 50-200
     llm2_layer: int = 6  # LLM2 stops after this layer
-    llm2_keep: int = 16  # candidates LLM2 keeps
+    llm2_keep: int = 16  # candidates kept after merging (the "LLM2 kept" count)
     max_inject: int = 4  # winners applied at most
     select_share: float = 0.3  # share of the query's words selected by LLM1
     weights: Weights = field(default_factory=Weights)
@@ -151,18 +151,21 @@ class InfluencePipeline:
             plan.skipped.append({"reason": "empty_store"})
             return plan
         llm2 = self._llm2(query, [m.source_words for m, _ in hits])
-        order = np.argsort(-np.asarray(llm2), kind="stable")[: s.llm2_keep]
-        kept = [(hits[i][0], hits[i][1], llm2[i]) for i in order]
-        plan.llm2_kept = len(kept)
-        sal = _normalised([m.rank_max for m, _, _ in kept])
-        l2 = _normalised([x for _, _, x in kept])
+        # The three scores merged over the whole shortlist; the best `llm2_keep` are kept.
+        # (LLM2 alone as a pre-filter lost the right item: bench/influence_eval.py.)
+        sal = _normalised([m.rank_max for m, _ in hits])
+        l2 = _normalised(llm2)
         w = s.weights
         merged = [
-            w.salience * sal[i] + w.similarity * kept[i][1] + w.llm2 * l2[i]
-            for i in range(len(kept))
+            w.salience * sal[i] + w.similarity * hits[i][1] + w.llm2 * l2[i]
+            for i in range(len(hits))
         ]
-        ranked = sorted(range(len(kept)), key=lambda i: -merged[i])
-        plan.ranked = [(kept[i][0].id, sal[i], kept[i][1], l2[i], merged[i]) for i in ranked]
+        order = sorted(range(len(hits)), key=lambda i: -merged[i])[: s.llm2_keep]
+        kept = [(hits[i][0], hits[i][1], llm2[i]) for i in order]
+        plan.llm2_kept = len(kept)
+        plan.ranked = [(hits[i][0].id, sal[i], hits[i][1], l2[i], merged[i]) for i in order]
+        merged = [merged[i] for i in order]
+        ranked = list(range(len(kept)))
         for i in ranked:
             item, similarity, _ = kept[i]
             strength = rules.strength(item, similarity, now_us, self.policy)
