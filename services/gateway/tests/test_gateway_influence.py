@@ -192,3 +192,10 @@ async def test_no_store_is_off_by_default_and_an_error_when_asked() -> None:
     bare, _, _ = chat(None)
     with pytest.raises(Unimplemented):
         await run(bare, Influence.ON)
+
+
+def test_the_note_shows_small_strengths() -> None:
+    applied = [{"memtok_id": "k", "layer": 3, "strength": 0.0047}]
+    body = {"influence_mode": "on", "influences": applied}
+    event = AuditEvent("t", "influence", "u", "s", body=body)
+    assert disclosure.note(event) == "Influence applied: k (layer 3, strength 0.0047)."

@@ -103,6 +103,12 @@ def _memories(body: Mapping[str, Any], t: Thresholds) -> list[str]:
     return lines
 
 
+def _strength(x: float) -> str:
+    """Two decimals, or two significant digits for the small strengths a single mention
+    of a memtok gets (0.0047, not 0.00)."""
+    return f"{x:.2f}" if abs(x) >= 0.01 or x == 0 else f"{x:.2g}"
+
+
 def _influences(body: Mapping[str, Any]) -> list[str]:
     mode = str(body.get("influence_mode", ""))
     applied: list[Mapping[str, Any]] = list(body.get("influences", []))
@@ -125,7 +131,7 @@ def _influences(body: Mapping[str, Any]) -> list[str]:
         return [*lines, "Influence: none selected (nothing passed the minimum similarity)."]
     verb = "selected, not applied" if mode == "disclose_only" else "applied"
     parts = ", ".join(
-        f"{a['memtok_id']} (layer {a['layer']}, strength {float(a['strength']):.2f})"
+        f"{a['memtok_id']} (layer {a['layer']}, strength {_strength(float(a['strength']))})"
         for a in applied
     )
     return [*lines, f"Influence {verb}: {parts}."]

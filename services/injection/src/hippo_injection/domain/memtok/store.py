@@ -238,6 +238,8 @@ class MemtokStore:
         (half a slot each), then delete the lowest keep score (count breaks ties). Items
         in their grace period are never touched. False: no room could be made."""
         p = self.policy
+        if self.items.count(tenant, user) + 1 <= p.capacity:
+            return True  # room even if every item took a whole slot: no need to read them
         items = self.items.by_user(tenant, user)
         used = sum(COST[m.packing] for m in items)
         if used + 1.0 <= p.capacity:
