@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
-from core_harness import Harness, start
+import pytest
+from core_harness import FULL_NAME, Harness, start
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from prometheus_client import REGISTRY
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client, tracing
+from hippo_core.errors import InvalidArgument
 from hippo_core.settings import ServiceSettings
 
 
@@ -91,3 +96,41 @@ def test_http_calls_carry_the_trace_in_headers() -> None:
     assert {s.context.trace_id for s in (chat, client, server)} == {chat.context.trace_id}
     assert client.parent is not None and client.parent.span_id == chat.context.span_id
     assert server.parent is not None and server.parent.span_id == client.context.span_id
+
+
+async def test_blocking_channel_counts_calls_and_carries_the_trace(harness: Harness) -> None:
+    """Code on a worker thread (the injection service's model thread) calls peers through
+    a blocking channel: its calls are in grpc_client_* and in the caller's trace."""
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def answer(request, context):  # type: ignore[no-untyped-def]
+        if request.texts == ["bad"]:
+            raise InvalidArgument("texts", "scripted refusal")
+        return embedding_pb2.EmbedResponse(count=1)
+
+    harness.servicer.behaviour = answer
+    labels = {"grpc_type": "unary", "grpc_service": FULL_NAME, "grpc_method": "Embed"}
+
+    def handled(code: str) -> float:
+        value = REGISTRY.get_sample_value(
+            "grpc_client_handled_total", {**labels, "grpc_code": code}
+        )
+        return value or 0.0
+
+    def call(texts: list[str]) -> None:
+        with client.blocking_channel(harness.addr) as channel:
+            stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+            with trace.get_tracer("test").start_as_current_span("model-thread"):
+                stub.Embed(embedding_pb2.EmbedRequest(texts=texts), timeout=5)
+
+    ok, bad = handled("OK"), handled("INVALID_ARGUMENT")
+    await asyncio.to_thread(call, ["a"])
+    with pytest.raises(grpc.RpcError):
+        await asyncio.to_thread(call, ["bad"])
+    assert handled("OK") == ok + 1 and handled("INVALID_ARGUMENT") == bad + 1
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.name == "model-thread")
+    mine = [s for s in spans if s.context.trace_id == root.context.trace_id]
+    kinds = {s.kind for s in mine if "Embed" in s.name}
+    assert kinds == {SpanKind.CLIENT, SpanKind.SERVER}

@@ -109,15 +109,40 @@ class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
         return call
 
 
-def channel(
+class _BlockingUnaryUnary(grpc.UnaryUnaryClientInterceptor):
+    """grpc_client_* metrics for a blocking channel's unary calls."""
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        labels = ("unary", *metrics.split_method(details.method))
+        metrics.CLIENT_STARTED.labels(*labels).inc()
+        started = time.perf_counter()
+        outcome = continuation(details, request)
+        code = outcome.code()  # the call has completed: a blocking channel waits for it
+        metrics.CLIENT_HANDLED.labels(*labels, code.name).inc()
+        metrics.CLIENT_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+        return outcome
+
+
+def blocking_channel(
     target: str,
     settings: ClientSettings | None = None,
     *,
     max_message_bytes: int = MIB,
-) -> grpc.aio.Channel:
-    """An insecure aio channel to `target` ('host:port') with Hippo's call policy."""
+) -> grpc.Channel:
+    """A blocking channel with the same policy as `channel`, for code that runs on a
+    worker thread (the injection service's model thread), unary calls only. Callers pass
+    `timeout=` on every call: there is no inbound call's deadline on that thread."""
     settings = settings or ClientSettings()
-    options = [
+    plain = grpc.insecure_channel(target, options=_options(settings, max_message_bytes))
+    counted = grpc.intercept_channel(plain, _BlockingUnaryUnary())
+    traced: grpc.Channel = tracing.traced_blocking_channel(counted)
+    return traced
+
+
+def _options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, Any]]:
+    return [
         ("grpc.enable_retries", 1),
         ("grpc.service_config", _service_config(settings.max_attempts)),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -133,6 +158,17 @@ def channel(
         ("grpc.min_reconnect_backoff_ms", 250),
         ("grpc.max_reconnect_backoff_ms", 5_000),
     ]
+
+
+def channel(
+    target: str,
+    settings: ClientSettings | None = None,
+    *,
+    max_message_bytes: int = MIB,
+) -> grpc.aio.Channel:
+    """An insecure aio channel to `target` ('host:port') with Hippo's call policy."""
+    settings = settings or ClientSettings()
+    options = _options(settings, max_message_bytes)
     interceptors = [
         _UnaryUnary(settings.timeout_seconds),
         _UnaryStream(settings.timeout_seconds),

@@ -12,7 +12,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
+from opentelemetry.instrumentation.grpc import (
+    aio_client_interceptors,
+    aio_server_interceptor,
+    client_interceptor,
+    grpcext,
+)
 from opentelemetry.instrumentation.grpc.filters import any_of, negate, service_prefix
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -52,6 +57,12 @@ def server_interceptor() -> Any:
 
 def client_interceptors() -> list[Any]:
     return list(aio_client_interceptors(filter_=_INFRA))  # type: ignore[no-untyped-call]
+
+
+def traced_blocking_channel(channel: Any) -> Any:
+    """`channel` (blocking) with client spans; the context comes from the calling thread."""
+    interceptor = client_interceptor(filter_=_INFRA)  # type: ignore[no-untyped-call]
+    return grpcext.intercept_channel(channel, interceptor)  # type: ignore[no-untyped-call]
 
 
 def traceparent() -> str:

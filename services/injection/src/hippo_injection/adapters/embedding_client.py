@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from hippo_core import client
 from hippo_injection.domain.memtok.models import Vector
 
 
 class EmbeddingClient:
     def __init__(self, addr: str, timeout_s: float) -> None:
-        self._channel = grpc.insecure_channel(addr)
+        self._channel = client.blocking_channel(addr)  # counted and traced like aio peers
         self._stub = embedding_pb2_grpc.EmbeddingServiceStub(self._channel)
         self._timeout = timeout_s
 

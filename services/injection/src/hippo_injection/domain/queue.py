@@ -15,6 +15,7 @@ always starts on a model without hooks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,8 +38,12 @@ class Lease:
         """Run `fn(*args)` on the model thread and wait for it."""
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
+        # The caller's context goes along (run_in_executor does not copy it): the model
+        # thread's logs keep the request id, and its peer calls (memtok keys from the
+        # embedding service) stay in the request's trace.
+        context = contextvars.copy_context()
         try:
-            return await loop.run_in_executor(self._executor, fn, *args)
+            return await loop.run_in_executor(self._executor, context.run, fn, *args)
         finally:
             metrics.MODEL_BUSY_SECONDS.inc(time.perf_counter() - started)
 
