@@ -318,6 +318,13 @@ def _one_offs(cluster: LocalCluster) -> None:
             params=pb.GenerationParameters(max_new_tokens=4),
         )
         list(memory.Chat(chat, metadata=KEY, timeout=120))
+        influenced = pb.ChatRequest(
+            scope=pb.Scope(user_id="tel", session_id="s3"),
+            message="My daughter Ingrid is allergic to peanuts, never order satay for her.",
+            params=pb.GenerationParameters(max_new_tokens=2),
+            influence=pb.INFLUENCE_MODE_ON,  # the memtok pipeline: key lookups on the model thread
+        )
+        list(memory.Chat(influenced, metadata=KEY, timeout=180))
         memory.VerifyAudit(pb.VerifyAuditRequest(), metadata=KEY, timeout=30)
         # Through the gateway an influence is applied only when the memtok store holds a
         # close enough match (a thin store injects nothing), which this short load does
@@ -508,10 +515,26 @@ def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
         assert servers
         wrong = [(s.service, s.name) for s in servers if clients[s.parent_id].name != s.name]
         assert wrong == [], method
+    # With influence on, the injection service looks memtok keys up in the embedding
+    # service from its model thread (a blocking channel): still the request's trace.
+    chats = [
+        s for s in receiver.spans if s.name == f"{memory}/Chat" and s.service == "hippo-gateway"
+    ]
+    lookups = [
+        [s for s in receiver.spans if s.trace_id == chat.trace_id and s.service == "hippo-injection"
+         and s.kind == 3 and s.name.endswith("/Embed")]
+        for chat in chats
+    ]  # fmt: skip
+    assert any(lookups), [(c.trace_id, len(x)) for c, x in zip(chats, lookups, strict=True)]
     # Chat streams its reply over the LLM host's TGI HTTP API: in the trace too.
-    chat = _trace_of(receiver, "hippo-gateway", f"{memory}/Chat")
-    http = [s for s in chat if s.service == "hippo-injection" and s.name.startswith("POST /")]
-    assert len(http) == 1 and http[0].kind == 2
+    # (The summariser's merges use that API too, each in a trace of its own.)
+    in_chats = {chat.trace_id for chat in chats}
+    http = [
+        s
+        for s in receiver.spans
+        if s.service == "hippo-injection" and s.name.startswith("POST /") and s.trace_id in in_chats
+    ]
+    assert http and all(s.kind == 2 and s.parent_id for s in http)
 
 
 def test_spooled_audit_deliveries_rejoin_the_callers_trace(telemetry: Telemetry) -> None:
