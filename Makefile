@@ -76,6 +76,7 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py --threads 1,2
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/llm_host.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/injection_sweep.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/influence_eval.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/summary_merge.py
 	$(BIN)/python bench/audit.py
 
