@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from hippo_audit.adapters.files import write_atomic
+from hippo_core.files import write_atomic
 
 
 class Ed25519Signer:

@@ -19,8 +19,8 @@ import logging
 import os
 from pathlib import Path
 
-from hippo_audit.adapters.files import fsync_dir
 from hippo_audit.domain.models import Checkpoint, WitnessLine
+from hippo_core.files import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from hippo_retrieval.adapters.files import write_atomic
+from hippo_core.files import write_atomic
 from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn, Vector
 
 # Payload keys, shared with qdrant_vectors.py so both adapters index the same fields.

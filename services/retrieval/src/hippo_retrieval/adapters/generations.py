@@ -20,8 +20,8 @@ from pathlib import Path
 
 from qdrant_client import QdrantClient
 
+from hippo_core.files import write_atomic
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
-from hippo_retrieval.adapters.files import write_atomic
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex

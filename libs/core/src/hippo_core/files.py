@@ -1,4 +1,6 @@
-"""Crash-safe small-file writes: a crash leaves the old file or the new one, whole."""
+"""Crash-safe small-file writes: a crash leaves the old file or the new one, whole.
+Shared by the services that keep small state files beside their stores (retrieval's
+index generation pointer and vector-index metadata, audit's signing key)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename, fsync of the directory."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data`: temp file, fsync, rename, fsync of the directory (the
+    rename is only durable once the directory entry is). Private to the owner by default:
+    these files sit beside user data."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         os.fchmod(fd, mode)
