@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import locomo_sample
 import pytest
 
 from hippo_cli.cluster import LocalCluster, local_cluster
@@ -384,10 +385,10 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
             channel.close()
 
 
-def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(cluster: LocalCluster) -> None:
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
-    if not data.exists():
-        pytest.skip(f"no {data}")
+def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    data = locomo_sample.write(tmp_path / "archive.json", conversations=3)
     result = _hippo(cluster, "seed", str(data), "--limit", "2", "--holdout", "1")
     assert result.returncode == 0, result.stderr
     assert "4 operator turns of 2 conversations" in result.stdout

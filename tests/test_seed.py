@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+import locomo_sample
 
 from hippo_cli import locomo
 from hippo_cli.seed import exchanges, split
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
 
 
 def _conversation() -> locomo.Conversation:
@@ -44,9 +42,8 @@ def test_holdout_keeps_the_most_recent_conversations_out() -> None:
     assert split([a, b], 0) == ([a, b], [])
 
 
-def test_the_dev_archive_is_chronological() -> None:
-    if not DATA.exists():
-        pytest.skip(f"no {DATA}")
-    for conversation in locomo.load(DATA):
+def test_an_archive_read_from_disk_is_chronological(tmp_path: Path) -> None:
+    archive = locomo.load(locomo_sample.write(tmp_path / "archive.json", conversations=2))
+    for conversation in archive:
         times = [when for _, _, when in exchanges(conversation)]
-        assert times == sorted(times) and len(times) > 50
+        assert times == sorted(times) and len(times) == 6 and len(set(times)) == 3
