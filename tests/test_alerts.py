@@ -5,23 +5,16 @@ exported by a service, and every alert has a runbook section in docs/operations.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+from prometheus_tools import PROMTOOL, needs_promtool
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "charts" / "hippo" / "rules" / "hippo-alerts.yaml"
 UNIT_TESTS = ROOT / "tests" / "alerts" / "hippo-alerts.test.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
-# On PATH, or unpacked from Debian's package by `make prometheus` (which `make test` runs).
-_UNPACKED = ROOT / ".venv" / "prometheus" / "usr" / "bin" / "promtool"
-PROMTOOL = shutil.which("promtool") or (str(_UNPACKED) if _UNPACKED.exists() else None)
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed"
-)
 
 
 def alerts() -> list[dict[str, object]]:

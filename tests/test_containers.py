@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_tools import PROMTOOL, needs_promtool
 
 from hippo_cli.registry import SERVICES
 
@@ -300,17 +301,15 @@ def test_compose_observability_is_provisioned() -> None:
     assert otel["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(":4317")
 
 
+@needs_promtool
 def test_compose_prometheus_config_passes_promtool(tmp_path: Path) -> None:
-    unpacked = ROOT / ".venv" / "prometheus" / "usr" / "bin" / "promtool"  # `make prometheus`
-    promtool = shutil.which("promtool") or (str(unpacked) if unpacked.exists() else None)
-    if promtool is None:
-        pytest.skip("promtool (Debian package prometheus) is not installed")
+    assert PROMTOOL is not None
     rules = ROOT / "charts" / "hippo" / "rules" / "hippo-alerts.yaml"
     text = (COMPOSE_DIR / "prometheus" / "prometheus.yml").read_text()
     config = tmp_path / "prometheus.yml"
     config.write_text(text.replace("/etc/prometheus/rules/hippo-alerts.yaml", str(rules)))
     run = subprocess.run(
-        [promtool, "check", "config", str(config)],
+        [PROMTOOL, "check", "config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
