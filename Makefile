@@ -65,7 +65,17 @@ $(PROMETHEUS):
 
 prometheus: $(PROMETHEUS) ## Unpack Prometheus for the dashboard test (no service is installed)
 
-test: $(STAMP) proto-check model $(PROMETHEUS) ## Install what is needed, then run every test (real models, real gRPC)
+# Cluster mode's state of record, and the database of the store contract tests: Debian's
+# PostgreSQL unpacked into the venv (scripts/install_postgres.sh); the launcher and the
+# tests start throwaway servers from it (hippo_core.pgserver). No system service.
+POSTGRES := $(VENV)/postgres/.installed
+
+$(POSTGRES): scripts/install_postgres.sh
+	@bash scripts/install_postgres.sh $(VENV)/postgres
+
+postgres: $(POSTGRES) ## Unpack Debian's PostgreSQL into .venv/postgres (no service is installed)
+
+test: $(STAMP) proto-check model $(PROMETHEUS) $(POSTGRES) ## Install what is needed, then run every test (real models, real gRPC)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
 run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it)
@@ -86,4 +96,4 @@ deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, 
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus test run bench deploy-check clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run bench deploy-check clean

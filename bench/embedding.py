@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from hippo_core import testing
+from hippo_core.listen import reserve_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
@@ -333,9 +334,9 @@ def embedding_server(
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    port, metrics_port = testing.free_port(), testing.free_port()
+    port, metrics_port = reserve_port(), reserve_port()
     while metrics_port == port:
-        metrics_port = testing.free_port()
+        metrics_port = reserve_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIPPO_EMBEDDING_")}
     env.update(
         HIPPO_EMBEDDING_HOST=HOST,

@@ -122,9 +122,10 @@ def through_service(
 
     from hippo.injection.v1 import injection_pb2 as pb
     from hippo.injection.v1 import injection_pb2_grpc
-    from hippo_core.testing import free_port, service_process, wait_for
+    from hippo_core.listen import reserve_port
+    from hippo_core.testing import service_process, wait_for
 
-    http_port = free_port()
+    http_port = reserve_port()
     env = {
         "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),

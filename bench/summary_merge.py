@@ -40,9 +40,9 @@ from hippo.memory.v1 import memory_pb2
 from hippo.summariser.v1 import summariser_pb2 as pb
 from hippo.summariser.v1 import summariser_pb2_grpc
 from hippo_cli import locomo
+from hippo_core.listen import reserve_port
 from hippo_core.testing import (
     ServiceProcess,
-    free_port,
     metric,
     scrape,
     service_process,
@@ -221,7 +221,7 @@ def main() -> int:
 
     conversation = locomo.load(args.data)[args.sample]
     turns = turns_of(conversation, args.turns or len(conversation.turns))
-    http_port = free_port()
+    http_port = reserve_port()
     env = {
         "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),

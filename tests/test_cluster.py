@@ -14,7 +14,7 @@ import pytest
 
 from hippo_cli.cluster import LocalCluster, local_cluster
 from hippo_cli.registry import SERVICES
-from hippo_core.testing import free_port
+from hippo_core.listen import reserve_port
 
 BIN = Path(sys.executable).parent
 
@@ -186,7 +186,7 @@ def test_cli_errors_are_readable(cluster: LocalCluster) -> None:
 
 
 def test_health_fails_when_nothing_listens() -> None:
-    env = {**os.environ, "HIPPO_CLI_EMBEDDING_ADDR": f"127.0.0.1:{free_port()}"}
+    env = {**os.environ, "HIPPO_CLI_EMBEDDING_ADDR": f"127.0.0.1:{reserve_port()}"}
     result = _hippo(env, "health")
     assert result.returncode == 1 and "UNREACHABLE" in result.stdout
 

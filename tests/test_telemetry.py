@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hippo_cli.cluster import LocalCluster, local_cluster
 from hippo_cli.registry import SERVICES
-from hippo_core.testing import free_port
+from hippo_core.listen import reserve_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "charts" / "hippo" / "dashboards" / "hippo.json"
@@ -208,7 +208,7 @@ def _prometheus(cluster: LocalCluster, workdir: Path) -> Iterator[str]:
         "scrape_configs": jobs,
     }
     (workdir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-    port = free_port()
+    port = reserve_port()
     process = subprocess.Popen(
         [
             _prometheus_binary(),

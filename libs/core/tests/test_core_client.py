@@ -113,3 +113,48 @@ async def test_retry_recovers_after_transient_unavailable(harness: Harness) -> N
             embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
         )
     assert reply.count == 1 and harness.servicer.calls == 3
+
+
+async def test_calls_spread_over_every_replica_of_a_peer() -> None:
+    """A channel to a list of addresses (as a headless Service resolves to its pods)
+    balances round robin: both replicas serve, not only the first one picked."""
+    replicas = [await start(ServiceSettings(grace_seconds=1.0)) for _ in range(2)]
+    for replica in replicas:
+        await replica.runner.ready.wait()
+
+        async def behaviour(request, context):  # type: ignore[no-untyped-def]
+            return embedding_pb2.EmbedResponse()
+
+        replica.servicer.behaviour = behaviour
+    target = "ipv4:" + ",".join(r.addr for r in replicas)
+    async with client.channel(target) as channel:
+        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        for _ in range(20):
+            await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+    assert [r.servicer.calls for r in replicas] == [10, 10]
+    for replica in replicas:
+        await replica.runner.stop()
+
+
+async def test_servers_ask_clients_to_reconnect_after_the_max_connection_age() -> None:
+    """GOAWAY after the age: a long-lived channel reconnects (and so re-resolves its
+    peer's replicas) while its calls keep succeeding."""
+    server = await start(
+        ServiceSettings(grace_seconds=1.0, max_connection_age_seconds=0.5,
+                        max_connection_age_grace_seconds=0.5)
+    )  # fmt: skip
+    await server.runner.ready.wait()
+    peers: set[str] = set()
+
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        peers.add(context.peer())
+        return embedding_pb2.EmbedResponse()
+
+    server.servicer.behaviour = behaviour
+    async with client.channel(server.addr) as channel:
+        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        for _ in range(12):
+            await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+            await asyncio.sleep(0.15)
+    assert len(peers) >= 2  # a new connection (another client port) after the age
+    await server.runner.stop()

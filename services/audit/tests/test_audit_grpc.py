@@ -17,7 +17,8 @@ import pytest
 from google.protobuf import struct_pb2
 
 from hippo.audit.v1 import audit_pb2, audit_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, service_process, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, service_process, wait_for
 
 SERVICE = "hippo.audit.v1.AuditService"
 
@@ -166,7 +167,7 @@ def test_acknowledged_entries_survive_kill_9(tmp_path: Path) -> None:
     """Four writers append as fast as they can; the service is killed -9 mid-stream. After
     a restart every acknowledged entry is there with the hash it was acknowledged with,
     and the whole log (chain and checkpoints) verifies."""
-    port = free_port()
+    port = reserve_port()
     acked: dict[int, tuple[str, str]] = {}  # seq -> (hash, marker)
     lock = threading.Lock()
     stop = threading.Event()

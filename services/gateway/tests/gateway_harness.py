@@ -14,7 +14,8 @@ import grpc
 import pytest
 
 from hippo.memory.v1 import memory_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, service_process, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, service_process, wait_for
 
 KEYS = {"key-acme": "acme", "key-globex": "globex", "key-initech": "initech"}
 EMBEDDING = "hippo.embedding.v1.EmbeddingService"
@@ -84,7 +85,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     data_dir = tmp_path_factory.mktemp("retrieval")
     with ExitStack() as stack:
-        retrieval = stack.enter_context(retrieval_process(data_dir, free_port()))
+        retrieval = stack.enter_context(retrieval_process(data_dir, reserve_port()))
         audit = stack.enter_context(audit_process(tmp_path_factory.mktemp("audit")))
         wait_for(retrieval.addr, RETRIEVAL, timeout=60)
         wait_for(audit.addr, AUDIT, timeout=60)

@@ -30,7 +30,8 @@ from gateway_harness import (
 from google.protobuf import json_format
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, metric, scrape, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, metric, scrape, wait_for
 
 T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
@@ -325,11 +326,11 @@ def test_the_spool_survives_an_audit_outage_and_a_gateway_restart_in_order(
     """With the audit service down, calls still succeed and their entries wait in the
     gateway's spool, which survives a gateway restart; when the service is back they are
     delivered in call order, each exactly once, and the chain verifies."""
-    audit_port = free_port()
+    audit_port = reserve_port()
     user = uid("outage")
     calls: list[list[str]] = []  # memory ids of each Remember, in call order
     with (
-        retrieval_process(tmp_path / "retrieval", free_port()) as retrieval,
+        retrieval_process(tmp_path / "retrieval", reserve_port()) as retrieval,
         audit_process(tmp_path / "audit", audit_port) as audit,
     ):
         wait_for(retrieval.addr, RETRIEVAL, timeout=60)
@@ -372,10 +373,10 @@ def test_fail_closed_refuses_to_act_unrecorded(embedding: ServiceProcess, tmp_pa
     """audit_fail_closed: with the audit service down, Remember and Recall fail
     UNAVAILABLE and Remember stores nothing; Forget still erases (its record waits in
     the spool). Once the service is up, calls succeed and are in the log when answered."""
-    audit_port = free_port()
+    audit_port = reserve_port()
     user = uid("closed")
     token = f"tok{uuid.uuid4().hex[:8]}"
-    with retrieval_process(tmp_path / "retrieval", free_port()) as retrieval:
+    with retrieval_process(tmp_path / "retrieval", reserve_port()) as retrieval:
         wait_for(retrieval.addr, RETRIEVAL, timeout=60)
         gateway_env = {"audit_fail_closed": "true"}
         with gateway_process(

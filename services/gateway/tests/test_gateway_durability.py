@@ -14,7 +14,8 @@ import pytest
 from gateway_harness import GATEWAY, RETRIEVAL, gateway_process, key_of, retrieval_process
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, wait_for
 
 
 def test_acknowledged_turns_survive_kill_9_of_retrieval(
@@ -23,7 +24,7 @@ def test_acknowledged_turns_survive_kill_9_of_retrieval(
     """Every turn whose Remember returned OK is, after kill -9 of retrieval and a restart,
     searchable by Recall in both indexes exactly once; while retrieval is down, calls fail
     with UNAVAILABLE (retryable), not INTERNAL."""
-    port = free_port()
+    port = reserve_port()
     acknowledged: dict[str, str] = {}  # memory id -> unique token
     with (
         retrieval_process(tmp_path, port) as retrieval,

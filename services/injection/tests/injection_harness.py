@@ -12,7 +12,8 @@ import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
 from hippo.injection.v1 import injection_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, service_process, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, service_process, wait_for
 from hippo_injection.adapters import loader
 from hippo_injection.adapters.engine import TransformersEngine
 
@@ -69,7 +70,7 @@ def engine(model_dir: Path) -> TransformersEngine:
 
 @pytest.fixture(scope="session")
 def server(model_dir: Path) -> Iterator[ServiceProcess]:
-    http_port = free_port()
+    http_port = reserve_port()
     env = {
         "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from injection_harness import FULL_NAME, MODEL_DIR
 
-from hippo_core.testing import free_port, health_status, service_process
+from hippo_core.listen import reserve_port
+from hippo_core.testing import health_status, service_process
 
 
 def _http_status(url: str) -> int | None:
@@ -23,7 +24,7 @@ def _http_status(url: str) -> int | None:
 
 
 def test_http_health_is_503_until_loaded_then_sigterm_stops_cleanly(model_dir: Path) -> None:
-    http_port = free_port()
+    http_port = reserve_port()
     env = {"HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR), "HIPPO_INJECTION_HTTP_PORT": str(http_port)}
     health = f"http://127.0.0.1:{http_port}/health"
     with service_process("hippo_injection", "HIPPO_INJECTION_", env) as proc:

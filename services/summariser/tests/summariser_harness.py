@@ -17,7 +17,8 @@ from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo.memory.v1 import memory_pb2
 from hippo.summariser.v1 import summariser_pb2 as pb
 from hippo.summariser.v1 import summariser_pb2_grpc
-from hippo_core.testing import ServiceProcess, free_port, service_process, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, service_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 # The injection service's default model cache (converted once per checkout: `make model`).
@@ -47,7 +48,7 @@ class Injection:
 
 @pytest.fixture(scope="session")
 def injection() -> Iterator[Injection]:
-    http_port = free_port()
+    http_port = reserve_port()
     env = {
         "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),

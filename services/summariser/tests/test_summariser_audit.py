@@ -15,7 +15,8 @@ from tgi_double import TgiDouble
 
 from hippo.audit.v1 import audit_pb2, audit_pb2_grpc
 from hippo_core.errors import InvalidArgument, Unavailable
-from hippo_core.testing import ServiceProcess, free_port, service_process, wait_for
+from hippo_core.listen import reserve_port
+from hippo_core.testing import ServiceProcess, service_process, wait_for
 from hippo_summariser.adapters import sqlite_store
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.domain.audit import AuditOutbox, OutboxConfig
@@ -151,7 +152,7 @@ def merge_entries(addr: str) -> list[audit_pb2.Entry]:
 def test_merges_reach_the_real_audit_log_after_it_comes_back(
     tmp_path: Path, injection: Injection, tgi: TgiDouble
 ) -> None:
-    audit_port = free_port()
+    audit_port = reserve_port()
     addr = f"127.0.0.1:{audit_port}"
     with summariser(
         tmp_path / "sum", injection.addr, tgi.url, audit_addr=addr, audit_retry_max_seconds="0.5"

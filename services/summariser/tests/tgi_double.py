@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hippo_core.testing import free_port
+from hippo_core.listen import reserve_port
 
 
 def echo(prompt: str) -> str:
@@ -49,7 +49,7 @@ def last_case(prompt: str) -> tuple[str, list[str]]:
 
 class TgiDouble:
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = reserve_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[dict[str, Any]] = []
         self.respond: Callable[[str], str] = echo

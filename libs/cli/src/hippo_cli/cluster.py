@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hippo_cli.registry import SERVICES
-from hippo_core.testing import free_port
+from hippo_core.listen import reserve_port
 
 BANNER_END = "Ctrl-C stops everything"
 
@@ -41,9 +41,8 @@ def local_cluster(
     for spec in SERVICES:
         # Every port a service listens on (gRPC, metrics, and e.g. injection's HTTP API):
         # two clusters, or a cluster beside `make run`, must never collide.
-        ports = {
-            name: free_port() for name in spec.settings_type().model_fields if name.endswith("port")
-        }
+        fields = spec.settings_type().model_fields
+        ports = {name: reserve_port() for name in fields if name.endswith("port")}
         for name, number in ports.items():
             env[f"{spec.env_prefix()}{name.upper()}"] = str(number)
         addrs[spec.name] = f"127.0.0.1:{ports['port']}"

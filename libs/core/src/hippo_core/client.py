@@ -143,6 +143,12 @@ def blocking_channel(
 
 def _options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, Any]]:
     return [
+        # Spread calls over every address the target resolves to: a headless Service's
+        # pod IPs (dns:///name:port) or a loopback list (ipv4:127.0.0.1:a,127.0.0.1:b).
+        # pick_first, gRPC's default, would send everything to one replica. Servers cap
+        # connection age (ServiceSettings.max_connection_age_seconds), so channels
+        # reconnect, re-resolve and reach pods that started after them.
+        ("grpc.lb_policy_name", "round_robin"),
         ("grpc.enable_retries", 1),
         ("grpc.service_config", _service_config(settings.max_attempts)),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -166,7 +172,9 @@ def channel(
     *,
     max_message_bytes: int = MIB,
 ) -> grpc.aio.Channel:
-    """An insecure aio channel to `target` ('host:port') with Hippo's call policy."""
+    """An insecure aio channel to `target` with Hippo's call policy. `target` is
+    'host:port', or any gRPC name that resolves to several replicas (dns:///svc:port,
+    ipv4:a:p,b:q): calls are balanced round robin over all of them."""
     settings = settings or ClientSettings()
     options = _options(settings, max_message_bytes)
     interceptors = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -26,6 +26,41 @@ class ClientSettings(BaseModel):
     )
     max_attempts: int = Field(
         3, ge=1, le=5, description="Attempts per call, retried on UNAVAILABLE only."
+    )
+
+
+class DatabaseSettings(BaseModel):
+    """Where a stateful service keeps its state of record (nested as `database`).
+
+    Empty `url`: SQLite files under the service's data dir (the embedded default of
+    `make run`). A PostgreSQL URL: cluster mode, every replica of the service shares the
+    database (one schema per service)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: SecretStr = Field(
+        SecretStr(""),
+        description="PostgreSQL URL (postgresql://user:password@host:5432/db); empty: SQLite "
+        "under data_dir. A secret: never logged.",
+    )
+    schema_name: str = Field(
+        "",
+        pattern=r"^[a-z_][a-z0-9_]*$|^$",
+        description="Schema of this service's tables; empty: hippo_<service>.",
+    )
+    pool_min_size: int = Field(1, ge=0, description="Connections kept open.")
+    pool_max_size: int = Field(
+        8,
+        ge=1,
+        description="Most connections open at once (size the server's max_connections "
+        "for every replica of every service).",
+    )
+    pool_timeout_seconds: float = Field(
+        5.0, gt=0, description="Wait for a free pooled connection, then UNAVAILABLE."
+    )
+    connect_timeout_seconds: float = Field(5.0, gt=0, description="Deadline of a new connection.")
+    statement_timeout_seconds: float = Field(
+        30.0, gt=0, description="Deadline of every statement (PostgreSQL statement_timeout)."
     )
 
 
@@ -55,6 +90,19 @@ class ServiceSettings(BaseSettings):
         4 * MIB,
         ge=64 * 1024,
         description="Largest request or response message in bytes.",
+    )
+    max_connection_age_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="Clients are asked to reconnect after this long (GOAWAY), so they "
+        "re-resolve their peer's addresses and spread over replicas that started since; "
+        "0: never.",
+    )
+    max_connection_age_grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Calls in flight on a connection past its age get this long to finish "
+        "(a Chat reply streams for a while).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level written to the JSON log on stderr."

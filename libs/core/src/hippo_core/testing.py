@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,11 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from hippo_core.listen import reserve_port
 
 
 def health_status(addr: str, service: str, timeout: float = 1.0) -> str:
@@ -89,8 +84,8 @@ def service_process(
     """Run `python -m module` on free loopback ports (or the `<prefix>PORT` given in `env`,
     e.g. to restart a service where its peers expect it); SIGTERM, then kill, after."""
     env = dict(env or {})
-    port = int(env.pop(f"{prefix}PORT", 0)) or free_port()
-    metrics_port = free_port()
+    port = int(env.pop(f"{prefix}PORT", 0)) or reserve_port()
+    metrics_port = reserve_port()
     full_env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

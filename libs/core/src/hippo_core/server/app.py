@@ -38,6 +38,17 @@ async def _nothing() -> None:
     return None
 
 
+def _connection_age(s: ServiceSettings) -> list[tuple[str, int]]:
+    """Clients reconnect (and re-resolve) after this long: with round-robin channels, a
+    new replica gets its share of traffic within one connection age."""
+    if not s.max_connection_age_seconds:
+        return []
+    return [
+        ("grpc.max_connection_age_ms", int(s.max_connection_age_seconds * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(s.max_connection_age_grace_seconds * 1000)),
+    ]
+
+
 @dataclass
 class Service:
     """What a service plugs into the runtime."""
@@ -85,6 +96,7 @@ class Runner:
                 ("grpc.max_receive_message_length", s.max_message_bytes),
                 # Accept the keepalive pings our client channels send while calls are open.
                 ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+                *_connection_age(s),
             ],
         )
         self._health = health.aio.HealthServicer()

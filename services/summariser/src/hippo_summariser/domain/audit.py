@@ -30,9 +30,9 @@ from typing import Protocol
 
 import structlog
 
+from hippo_core import backoff
 from hippo_core.errors import HippoError, InvalidArgument
 from hippo_summariser import metrics
-from hippo_summariser.domain import backoff
 from hippo_summariser.domain.models import MergeEvent
 from hippo_summariser.domain.ports import SessionStore
 

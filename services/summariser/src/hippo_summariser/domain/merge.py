@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from hippo_core import backoff
 from hippo_core.errors import HippoError
 from hippo_summariser import metrics
-from hippo_summariser.domain import backoff, trimming
+from hippo_summariser.domain import trimming
 from hippo_summariser.domain.audit import AuditOutbox
 from hippo_summariser.domain.models import MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (

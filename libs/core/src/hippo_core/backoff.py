@@ -1,4 +1,4 @@
-"""Capped, jittered exponential backoff, shared by the merge worker and the audit outbox."""
+"""Capped, jittered exponential backoff: every retry loop in Hippo waits by this one rule."""
 
 from __future__ import annotations
 
