@@ -317,7 +317,7 @@ def test_hippo_audit_show_lists_a_users_entries(cluster: Cluster, stub: Stub) ->
 
 
 def _spool_depth(gateway: ServiceProcess) -> float:
-    return metric(scrape(gateway.metrics_url), "hippo_gateway_audit_spool_depth")
+    return metric(scrape(gateway.metrics_url), "hippo_outbox_depth", outbox="gateway_audit")
 
 
 def test_the_spool_survives_an_audit_outage_and_a_gateway_restart_in_order(
@@ -364,6 +364,75 @@ def test_the_spool_survives_an_audit_outage_and_a_gateway_restart_in_order(
                 assert stored == calls  # all of them, once each, in call order
                 assert len(of_type(found, "recall")) == 5
                 verdict = stub.VerifyAudit(
+                    memory_pb2.VerifyAuditRequest(), metadata=key_of("acme"), timeout=30
+                )
+                assert verdict.ok, verdict
+
+
+def test_gateway_replicas_share_the_spool_and_key_in_postgresql(
+    embedding: ServiceProcess, tmp_path: Path, postgres_url: str
+) -> None:
+    """Cluster mode: two gateways on one PostgreSQL record through the spool in the
+    gateway's schema and fingerprint with one shared key; when one is killed -9 with
+    events undelivered (the audit service down), the other adopts and delivers them: every
+    Remember is in the log once, the stranded ones in call order, and the chain verifies."""
+    audit_port = reserve_port()
+    user = uid("replicas")
+    cluster = {"database__url": postgres_url}
+    with (
+        retrieval_process(tmp_path / "retrieval", reserve_port()) as retrieval,
+        audit_process(tmp_path / "audit", audit_port) as audit,
+    ):
+        wait_for(retrieval.addr, RETRIEVAL, timeout=60)
+        wait_for(audit.addr, AUDIT, timeout=60)
+        with (
+            gateway_process(embedding.addr, retrieval.addr, audit.addr, **cluster) as first,
+            gateway_process(embedding.addr, retrieval.addr, audit.addr, **cluster) as second,
+            grpc.insecure_channel(first.addr) as first_channel,
+            grpc.insecure_channel(second.addr) as second_channel,
+        ):
+            wait_for(first.addr, GATEWAY, timeout=60)
+            wait_for(second.addr, GATEWAY, timeout=60)
+            one, two = Stub(first_channel), Stub(second_channel)
+            calls = [
+                remember(one, "acme", user, ["told the first replica"]),
+                remember(two, "acme", user, ["told the second replica"]),
+            ]
+            recall(one, "acme", user, "which replica was told?")
+            recall(two, "acme", user, "which replica was told?")
+
+            def recorded() -> list[memory_pb2.AuditEntry] | None:
+                found = entries(two, "acme", user)
+                return found if len(of_type(found, "recall")) == 2 else None
+
+            recalls = of_type(eventually(recorded, "both replicas' recall entries"), "recall")
+            fingerprints = {str(body(e)["private"]["query_fingerprint"]) for e in recalls}  # type: ignore[index]
+            assert len(fingerprints) == 1  # one generated key, shared through PostgreSQL
+
+            os.kill(audit.process.pid, signal.SIGKILL)
+            audit.process.wait()
+            stranded = [remember(one, "acme", user, [f"stranded {i}"]) for i in range(3)]
+            assert _spool_depth(first) == 3
+            os.kill(first.process.pid, signal.SIGKILL)  # its events wait in PostgreSQL
+            first.process.wait()
+            with audit_process(tmp_path / "audit", audit_port) as again:
+                wait_for(again.addr, AUDIT, timeout=60)
+
+                def delivered() -> list[list[str]] | None:
+                    # The second gateway's channel to the restarted audit service may
+                    # still be reconnecting: its reads answer UNAVAILABLE meanwhile.
+                    listed = _retry_unavailable(lambda: entries(two, "acme", user))
+                    found = of_type(listed or [], "remember")
+                    return [list(e.memory_ids) for e in found] if len(found) >= 5 else None
+
+                stored = eventually(delivered, "the stopped replica's events", 60)
+                assert sorted(stored) == sorted([*calls, *stranded])  # each once
+                assert stored[-3:] == stranded  # adopted, delivered in their order
+                adopted = metric(
+                    scrape(second.metrics_url), "hippo_outbox_adopted_total", outbox="gateway_audit"
+                )
+                assert adopted == 3
+                verdict = two.VerifyAudit(
                     memory_pb2.VerifyAuditRequest(), metadata=key_of("acme"), timeout=30
                 )
                 assert verdict.ok, verdict

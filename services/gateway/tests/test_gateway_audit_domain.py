@@ -1,116 +1,46 @@
-"""The gateway's audit recording as units: the disclosure note, and the recorder over a real
-SQLite spool with a double of the audit service that can go down, lose replies, or refuse."""
+"""The gateway's audit recording as units: the recorder over the real spool (the core
+outbox on both engines) with a double of the audit service that can go down, lose
+replies, or refuse; the audit reads; the disclosure note."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from gateway_harness import FakeLog, MakeStore
 
+from hippo_core import outbox
 from hippo_core.errors import InvalidArgument, NotFound, Unavailable
-from hippo_gateway.adapters.spool import SqliteSpool
-from hippo_gateway.domain import audit, disclosure
-from hippo_gateway.domain.audit import (
-    AuditEvent,
-    AuditRecord,
-    AuditRecorder,
-    AuditTrail,
-    EraseUser,
-    Outcome,
-    RecorderConfig,
-    Verification,
-)
+from hippo_gateway.adapters import spool, spool_store
+from hippo_gateway.domain import audit_events, disclosure
+from hippo_gateway.domain.audit_events import AuditEvent, EraseUser
+from hippo_gateway.domain.audit_recorder import AuditRecorder, RecorderConfig
+from hippo_gateway.domain.audit_trail import AuditTrail, Outcome
 from hippo_gateway.domain.models import Hit, Memory, Role
 
 DAY = 86_400_000_000
 MAY_1 = 1_714_521_600_000_000  # 2024-05-01T00:00:00Z
+FAST = outbox.DrainConfig(retry_min_seconds=0.01, retry_max_seconds=0.05, poll_seconds=0.05)
 
 
-class FakeLog:
-    """The audit service's contract in memory: appends in order, one entry per event_id."""
-
-    def __init__(self) -> None:
-        self.entries: list[AuditEvent | EraseUser] = []
-        self.seq_of: dict[str, int] = {}
-        self.down = False
-        self.lose_next_reply = False  # append, then fail as if the reply were lost
-        self.refuse: set[str] = set()  # event ids refused with INVALID_ARGUMENT
-
-    def _add(self, item: AuditEvent | EraseUser) -> int:
-        if item.event_id not in self.seq_of:
-            self.entries.append(item)
-            self.seq_of[item.event_id] = len(self.entries)
-        return self.seq_of[item.event_id]
-
-    async def append(self, events: Sequence[AuditEvent]) -> list[int]:
-        if self.down:
-            raise Unavailable("audit: connection refused")
-        if any(e.event_id in self.refuse for e in events):
-            raise InvalidArgument("entries[0].body", "refused")
-        seqs = [self._add(e) for e in events]
-        if self.lose_next_reply:
-            self.lose_next_reply = False
-            raise Unavailable("audit: the reply was lost")
-        return seqs
-
-    async def erase_user(self, erase: EraseUser) -> int:
-        if self.down:
-            raise Unavailable("audit: connection refused")
-        return self._add(erase)
-
-    async def read(
-        self, tenant: str, user: str, session: str, after_seq: int, to_seq: int, limit: int
-    ) -> tuple[list[AuditRecord], int]:
-        out = [
-            AuditRecord(
-                i,
-                0,
-                e.actor,
-                e.event_type,
-                e.user,
-                e.session,
-                e.memory_ids,
-                e.body,
-                e.private,
-                "readable",
-                "",
-                "",
-            )
-            for i, e in enumerate(self.entries, start=1)
-            if isinstance(e, AuditEvent)
-            and e.tenant == tenant
-            and e.user == user
-            and (not session or e.session == session)
-            and i > after_seq
-            and (not to_seq or i <= to_seq)
-        ]
-        return out[:limit], out[limit - 1].seq if len(out) > limit else 0
-
-    async def verify(self, from_seq: int, to_seq: int) -> Verification:
-        return Verification(True, len(self.entries), 0, "", len(self.entries), "00")
-
-    def types(self) -> list[str]:
-        return [e.event_type if isinstance(e, AuditEvent) else "erase" for e in self.entries]
-
-
-@pytest.fixture
-async def spool(tmp_path: Path) -> AsyncIterator[SqliteSpool]:
-    opened = SqliteSpool(tmp_path / "spool.sqlite3")
-    yield opened
-    opened.close()
-
-
-def recorder(log: FakeLog, spool: SqliteSpool, *, fail_closed: bool = False) -> AuditRecorder:
-    config = RecorderConfig(
-        fail_closed, seq_wait_seconds=2.0, retry_min_seconds=0.01, retry_max_seconds=0.05
-    )
-    return AuditRecorder(log, spool, b"k" * 32, config)
+def recorder(
+    log: FakeLog,
+    store: outbox.OutboxStore,
+    *,
+    fail_closed: bool = False,
+    seq_wait_seconds: float = 2.0,
+) -> AuditRecorder:
+    config = RecorderConfig(fail_closed, seq_wait_seconds=seq_wait_seconds)
+    return AuditRecorder(log, spool.opener(store, FAST), b"k" * 32, config)
 
 
 def event(n: int, user: str = "alice") -> AuditEvent:
     return AuditEvent("acme", "recall", user, "s1", (f"m{n}",), body={"n": n})
+
+
+def waiting(store: outbox.OutboxStore) -> int:
+    return store.depth()[0]
 
 
 async def until(condition: object, timeout: float = 10.0) -> None:
@@ -120,91 +50,95 @@ async def until(condition: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_an_outage_spools_and_drains_in_order_exactly_once(spool: SqliteSpool) -> None:
+async def test_an_outage_spools_and_drains_in_order_exactly_once(make_store: MakeStore) -> None:
     log = FakeLog()
-    rec = recorder(log, spool)
+    store = make_store()
+    rec = recorder(log, store)
     await rec.start()
     log.down = True
     for n in range(20):
-        assert await rec.record(event(n)) == 0  # durable locally; the caller moves on
-    assert spool.depth() == 20 and log.entries == []
+        assert await rec.record(event(n)) == 0  # durable in the spool; the caller moves on
+    assert waiting(store) == 20 and log.entries == []
     log.down, log.lose_next_reply = False, True
-    await until(lambda: spool.depth() == 0)
+    await until(lambda: waiting(store) == 0)
     assert [e.body["n"] for e in log.entries] == list(range(20))  # type: ignore[union-attr]
     await rec.close()
 
 
-async def test_the_spool_outlives_the_recorder(tmp_path: Path) -> None:
+async def test_the_spool_outlives_the_recorder(make_store: MakeStore) -> None:
+    """What a stopped gateway left is delivered by the next one: a restart on the same
+    SQLite file, or (PostgreSQL) a process with a new owner id that adopts the rows."""
     log = FakeLog()
     log.down = True
-    first = SqliteSpool(tmp_path / "spool.sqlite3")
-    rec = recorder(log, first)
+    rec = recorder(log, make_store())
     await rec.start()
     for n in range(3):
         await rec.record(event(n))
     await rec.close()
-    first.close()
     log.down = False
-    again = SqliteSpool(tmp_path / "spool.sqlite3")
+    again = make_store()
     rec = recorder(log, again)
     await rec.start()
-    await until(lambda: again.depth() == 0)
+    await until(lambda: waiting(again) == 0 and len(log.entries) == 3)
     assert [e.body["n"] for e in log.entries] == [0, 1, 2]  # type: ignore[union-attr]
     await rec.close()
-    again.close()
 
 
-async def test_wait_returns_the_seq_once_delivered(spool: SqliteSpool) -> None:
+async def test_wait_returns_the_seq_once_delivered(make_store: MakeStore) -> None:
     log = FakeLog()
-    rec = recorder(log, spool)
+    rec = recorder(log, make_store())
     await rec.start()
     assert await rec.record(event(1), wait=True) == 1
     assert await rec.record(event(2), wait=True) == 2
     await rec.close()
 
 
-async def test_during_an_outage_callers_do_not_wait_for_a_seq(spool: SqliteSpool) -> None:
+async def test_during_an_outage_callers_do_not_wait_for_a_seq(make_store: MakeStore) -> None:
     """Once a delivery has failed, record(wait=True) answers 0 at once instead of waiting
     seq_wait_seconds (here an hour) on every call; the event is spooled all the same."""
     log = FakeLog()
     log.down = True
-    config = RecorderConfig(seq_wait_seconds=3600, retry_min_seconds=0.01, retry_max_seconds=0.05)
-    rec = AuditRecorder(log, spool, b"k" * 32, config)
+    store = make_store()
+    rec = recorder(log, store, seq_wait_seconds=3600)
     await rec.start()
     await rec.record(event(1))
-    await until(lambda: log.down and not rec._reachable)
+    await until(lambda: not rec.reachable)
     assert await asyncio.wait_for(rec.record(event(2), wait=True), timeout=30) == 0
-    assert spool.depth() == 2
+    assert waiting(store) == 2
     log.down = False
-    await until(lambda: spool.depth() == 0)
+    await until(lambda: waiting(store) == 0)
     assert await asyncio.wait_for(rec.record(event(3), wait=True), timeout=30) == 3
     await rec.close()
 
 
-async def test_fail_closed_records_first_or_refuses(spool: SqliteSpool) -> None:
+async def test_fail_closed_records_first_or_refuses(make_store: MakeStore) -> None:
     log = FakeLog()
-    rec = recorder(log, spool, fail_closed=True)
+    store = make_store()
+    rec = recorder(log, store, fail_closed=True, seq_wait_seconds=0.2)
     await rec.start()
     log.down = True
     with pytest.raises(Unavailable) as err:
         await rec.record(event(1))
     assert err.value.reason == "AUDIT_UNAVAILABLE"
-    assert spool.depth() == 0  # refused means not recorded anywhere
+    assert waiting(store) == 0  # refused means not recorded anywhere
     # Forget is never refused: its entry and the key erasure wait in the spool.
     erase = EraseUser("acme", "alice")
     assert await rec.record_spooled(event(2), erase=erase, wait=True) == 0
-    assert spool.depth() == 2
+    assert waiting(store) == 2
     log.down = False
     assert await rec.record(event(3)) == 3  # after what was spooled before it
     assert log.types() == ["recall", "erase", "recall"]
     await rec.close()
 
 
-async def test_remembering_records_before_the_write_when_fail_closed(spool: SqliteSpool) -> None:
+async def test_remembering_records_before_the_write_when_fail_closed(
+    make_store: MakeStore,
+) -> None:
     log = FakeLog()
-    rec = recorder(log, spool, fail_closed=True)
+    store = make_store()
+    rec = recorder(log, store, fail_closed=True)
     await rec.start()
-    remembered = audit.remember_event("acme", "alice", "s1", ["m1"], 1)
+    remembered = audit_events.remember_event("acme", "alice", "s1", ["m1"], 1)
     writes: list[str] = []
 
     async def failing() -> int:
@@ -214,7 +148,7 @@ async def test_remembering_records_before_the_write_when_fail_closed(spool: Sqli
 
     with pytest.raises(Unavailable, match="retrieval"):
         await rec.remembering(remembered, failing)
-    await until(lambda: spool.depth() == 0)
+    await until(lambda: waiting(store) == 0 and len(log.entries) == 2)
     assert log.types() == ["remember", "remember_failed"] and writes == ["write"]
     failed = log.entries[1]
     assert isinstance(failed, AuditEvent) and failed.body["ref_event"] == remembered.event_id
@@ -227,14 +161,15 @@ async def test_remembering_records_before_the_write_when_fail_closed(spool: Sqli
         return 1
 
     with pytest.raises(Unavailable):
-        await rec.remembering(audit.remember_event("acme", "alice", "s1", ["m2"], 1), write)
+        await rec.remembering(audit_events.remember_event("acme", "alice", "s1", ["m2"], 1), write)
     assert attempted == []  # the log is down: nothing was written
     await rec.close()
 
 
-async def test_an_event_refused_for_good_is_buried_not_blocking(spool: SqliteSpool) -> None:
+async def test_an_event_refused_for_good_is_buried_not_blocking(make_store: MakeStore) -> None:
     log = FakeLog()
-    rec = recorder(log, spool)
+    store = make_store()
+    rec = recorder(log, store)
     bad = event(2)
     log.refuse.add(bad.event_id)
     log.down = True
@@ -242,26 +177,44 @@ async def test_an_event_refused_for_good_is_buried_not_blocking(spool: SqliteSpo
         await rec.record(e)
     log.down = False
     await rec.start()
-    await until(lambda: spool.depth() == 0)
+    await until(lambda: waiting(store) == 0)
     assert [e.body["n"] for e in log.entries] == [1, 3]  # type: ignore[union-attr]
-    assert spool.dead() == 1
+    assert store.depth()[1] == 1  # set aside with its reason, not dropped
     await rec.close()
 
 
-def test_fingerprints_are_keyed_and_scoped() -> None:
-    a = AuditRecorder(FakeLog(), None, b"a" * 32)  # type: ignore[arg-type]
-    b = AuditRecorder(FakeLog(), None, b"b" * 32)  # type: ignore[arg-type]
+async def test_a_key_erasure_is_delivered_alone_in_its_place(make_store: MakeStore) -> None:
+    """Events before an erasure go in one Append, the erasure in its own call, the events
+    after it in the next Append: the log keeps the order the gateway decided."""
+    log = FakeLog()
+    log.down = True
+    rec = recorder(log, make_store())
+    await rec.start()
+    await rec.record(event(1))
+    await rec.record_spooled(event(2), erase=EraseUser("acme", "alice"))
+    await rec.record(event(3))
+    log.down = False
+    await until(lambda: len(log.entries) == 4)
+    assert log.types() == ["recall", "recall", "erase", "recall"]
+    await rec.close()
+
+
+async def test_fingerprints_are_keyed_and_scoped(tmp_path: Path) -> None:
+    a = AuditRecorder(FakeLog(), spool.opener(spool_store.sqlite_store(tmp_path / "a")), b"a" * 32)
+    b = AuditRecorder(FakeLog(), spool.opener(spool_store.sqlite_store(tmp_path / "b")), b"b" * 32)
     fp = a.fingerprint("acme", "alice", "where do I  live?")
     assert fp == a.fingerprint("acme", "alice", " where do I live? ")  # spacing is not meaning
     assert fp != a.fingerprint("acme", "bob", "where do I live?")
     assert fp != a.fingerprint("globex", "alice", "where do I live?")
     assert fp != b.fingerprint("acme", "alice", "where do I live?")  # needs the secret
     assert len(fp) == 32 and "live" not in fp
+    await a.close()
+    await b.close()
 
 
-async def test_page_tokens_are_bound_to_their_scope(spool: SqliteSpool) -> None:
+async def test_page_tokens_are_bound_to_their_scope(make_store: MakeStore) -> None:
     log = FakeLog()
-    rec = recorder(log, spool, fail_closed=True)
+    rec = recorder(log, make_store(), fail_closed=True)
     for n in range(5):
         await rec.record(event(n))
     trail = AuditTrail(log, rec)
@@ -281,6 +234,7 @@ async def test_page_tokens_are_bound_to_their_scope(spool: SqliteSpool) -> None:
         await trail.entries("acme", "alice", "", 2, token2[:-3] + "!!!")
     with pytest.raises(NotFound):
         await trail.report("acme", Outcome("bob", "", 1, "accepted"))
+    await rec.close()
 
 
 # -- the disclosure note --------------------------------------------------------------------
@@ -299,7 +253,7 @@ class Skip:
 
 
 def context(used: list[Hit], skipped: list[Skip], total: int, lexical: int = 5) -> AuditEvent:
-    return audit.context_event(
+    return audit_events.context_event(
         "acme",
         "alice",
         "s1",

@@ -13,7 +13,7 @@ from test_gateway_context import FakeRecall, FakeSessions, WordTokenizer
 
 from hippo_core.errors import FailedPrecondition, Unimplemented
 from hippo_gateway.domain import disclosure
-from hippo_gateway.domain.audit import AuditEvent
+from hippo_gateway.domain.audit_events import AuditEvent
 from hippo_gateway.domain.chat import ChatService, Finished, Influence, Started, Token
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.models import (
@@ -157,8 +157,14 @@ async def test_on_generates_with_influence_and_audits_every_step() -> None:
     written = by_kind["memtok_write"]
     assert written.private == {"words": {"k9": "Ingrid"}} and "Ingrid" not in str(written.body)
     exchange = by_kind["chat"]
-    assert exchange.body["influence_mode"] == "on"
-    assert exchange.body["influences"] == BODY["influences"]  # what was applied
+    assert exchange.body == {
+        "context_seq": recorder.events.index(by_kind["context"]) + 1,
+        "finish_reason": "eos_token",
+        "generated_tokens": 1,
+        "influence_mode": "on",
+        "influences": BODY["influences"],  # what was applied
+    }
+    assert exchange.memory_ids == ("id0", "id1") and exchange.private is None
     started = events[0]
     assert isinstance(started, Started)
     assert started.note == disclosure.note([by_kind["context"], plan])  # the same entries

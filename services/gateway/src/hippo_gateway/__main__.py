@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
-from hippo_core import client
+from hippo_core import client, outbox
+from hippo_core.postgres import Database, engine
 from hippo_core.server.app import Service, run
+from hippo_gateway.adapters import fingerprint_key, spool, spool_store
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder
 from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
-from hippo_gateway.adapters.spool import SqliteSpool, local_secret
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
-from hippo_gateway.domain.audit import AuditRecorder, AuditTrail, RecorderConfig
+from hippo_gateway.domain.audit_recorder import AuditRecorder, RecorderConfig
+from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
@@ -29,19 +33,50 @@ from hippo_gateway.settings import GatewaySettings
 FULL_NAME = memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
 
 
+SCHEMA = "hippo_gateway"
+
+
+class AuditState(NamedTuple):
+    store: outbox.OutboxStore
+    scrub: spool_store.Scrub
+    key: bytes
+    database: Database | None  # closed at stop
+
+
+def audit_state(settings: GatewaySettings) -> AuditState:
+    """The spool's store and the fingerprint key: SQLite and a file under data_dir
+    (embedded), or the gateway's PostgreSQL schema with this process's owner id (cluster
+    mode). Blocking: run it off the event loop."""
+    configured = settings.audit_fingerprint_key.get_secret_value()
+    chosen = engine(settings.database, schema=SCHEMA, application="hippo-gateway")
+    if chosen.database is None:
+        data = Path(settings.data_dir)
+        return AuditState(
+            spool_store.sqlite_store(data),
+            spool_store.sqlite_scrub(data),
+            fingerprint_key.file_key(configured, data),
+            None,
+        )
+    database = chosen.database
+    try:
+        database.open(spool_store.POSTGRES_MIGRATIONS)
+        key = fingerprint_key.database_key(configured, database)
+        store = spool_store.postgres_store(database, outbox.new_owner())
+    except BaseException:
+        database.close()
+        raise
+    return AuditState(store, spool_store.postgres_scrub(database), key, database)
+
+
 def audit_recorder(
-    settings: GatewaySettings, channel: grpc.aio.Channel
-) -> tuple[AuditRecorder, AuditTrail, SqliteSpool]:
+    settings: GatewaySettings, channel: grpc.aio.Channel, state: AuditState
+) -> tuple[AuditRecorder, AuditTrail]:
     """The audit recorder over its spool and the audit service (not started)."""
-    data = Path(settings.data_dir)
-    spool = SqliteSpool(data / "audit-spool.sqlite3")
-    key = local_secret(
-        settings.audit_fingerprint_key.get_secret_value(), data / "audit-fingerprint.key"
-    )
     log = GrpcAuditLog(channel)
     config = RecorderConfig(settings.audit_fail_closed, settings.audit_seq_wait_seconds)
-    recorder = AuditRecorder(log, spool, key, config)
-    return recorder, AuditTrail(log, recorder), spool
+    outbox_of = spool.opener(state.store, scrub=state.scrub)
+    recorder = AuditRecorder(log, outbox_of, state.key, config)
+    return recorder, AuditTrail(log, recorder)
 
 
 def build(settings: GatewaySettings) -> Service:
@@ -53,7 +88,8 @@ def build(settings: GatewaySettings) -> Service:
         )
     servicer = MemoryServicer(auth)
     channels: list[grpc.aio.Channel] = []
-    audits: list[tuple[AuditRecorder, SqliteSpool]] = []
+    recorders: list[AuditRecorder] = []
+    databases: list[Database] = []
 
     def register(server: grpc.aio.Server) -> None:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
@@ -78,8 +114,10 @@ def build(settings: GatewaySettings) -> Service:
         await embedder.connect(timeout=settings.peer_wait_seconds)
         recorder = None
         if settings.audit_addr:
-            recorder, servicer.audit, spool = audit_recorder(settings, peer(settings.audit_addr))
-            audits.append((recorder, spool))
+            state = await asyncio.to_thread(audit_state, settings)
+            databases.extend([state.database] if state.database is not None else [])
+            recorder, servicer.audit = audit_recorder(settings, peer(settings.audit_addr), state)
+            recorders.append(recorder)
             await recorder.start()
         memory = MemoryService(
             embedder, GrpcTurnStore(retrieval), sessions=sessions, audit=recorder
@@ -103,9 +141,12 @@ def build(settings: GatewaySettings) -> Service:
         servicer.service = memory
 
     async def close() -> None:
-        for recorder, spool in audits:  # what is still spooled is delivered after a restart
+        # What is still spooled is delivered after a restart (or, in cluster mode, by
+        # another replica once this one's lease is gone).
+        for recorder in recorders:
             await recorder.close()
-            spool.close()
+        for database in databases:
+            database.close()
         for channel in channels:
             await channel.close()
 

@@ -8,7 +8,8 @@ from hippo.memory.v1 import memory_pb2
 from hippo.retrieval.v1 import retrieval_pb2
 from hippo.summariser.v1 import summariser_pb2
 from hippo_core.errors import InvalidArgument
-from hippo_gateway.domain.audit import AuditRecord, Outcome, Verification
+from hippo_gateway.domain.audit_events import AuditRecord, Verification
+from hippo_gateway.domain.audit_trail import Outcome
 from hippo_gateway.domain.chat import ChatEvent, Influence, Started, Token
 from hippo_gateway.domain.context import Disclosed
 from hippo_gateway.domain.memory import ForgetTarget

@@ -9,7 +9,7 @@ import grpc
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.errors import Unavailable, Unimplemented
 from hippo_gateway import convert
-from hippo_gateway.domain.audit import AuditTrail
+from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from hippo_core.settings import ServiceSettings
+from hippo_core.settings import DatabaseSettings, ServiceSettings
 from hippo_gateway.domain.context import INSTRUCTIONS
 
 
@@ -61,8 +61,16 @@ class GatewaySettings(ServiceSettings):
     )
     data_dir: str = Field(
         "var/gateway",
-        description="Where the gateway keeps its audit spool (audit-spool.sqlite3) and the "
-        "audit fingerprint key. Losing it loses audit events not yet delivered.",
+        description="Embedded mode (no database.url): where the gateway keeps its audit "
+        "spool (audit-spool.sqlite3) and the audit fingerprint key. Losing it loses audit "
+        "events not yet delivered. Unused in cluster mode.",
+    )
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings,
+        description="Cluster mode: a PostgreSQL URL keeps the audit spool and the generated "
+        "fingerprint key in the gateway's schema (hippo_gateway), shared by every replica; "
+        "a replica's undelivered events are delivered by another if it stops. Empty: the "
+        "SQLite spool under data_dir (the embedded default).",
     )
     audit_addr: str = Field(
         "127.0.0.1:50056",
@@ -71,10 +79,11 @@ class GatewaySettings(ServiceSettings):
     )
     audit_fail_closed: bool = Field(
         False,
-        description="false: audit events go to the local spool (fsynced) and are delivered "
-        "in the background, so an audit outage delays records but not calls. true: a call "
-        "fails UNAVAILABLE unless its event is in the audit log first (Remember records "
-        "before it writes, reads before they answer; Forget is never refused).",
+        description="false: audit events go to the durable spool (fsynced locally, or "
+        "committed in PostgreSQL in cluster mode) and are delivered in the background, so an "
+        "audit outage delays records but not calls. true: a call fails UNAVAILABLE unless "
+        "its event is in the audit log first (Remember records before it writes, reads "
+        "before they answer; Forget is never refused).",
     )
     audit_seq_wait_seconds: float = Field(
         0.5,
@@ -87,8 +96,10 @@ class GatewaySettings(ServiceSettings):
     audit_fingerprint_key: SecretStr = Field(
         SecretStr(""),
         description="Base64 of the secret that keys query fingerprints in the audit log "
-        "(HMAC-SHA256). Empty: <data_dir>/audit-fingerprint.key, generated on first start. "
-        "Give all gateway replicas the same value so fingerprints match across them.",
+        "(HMAC-SHA256). Empty: generated on first start and kept in "
+        "<data_dir>/audit-fingerprint.key, or in cluster mode in the gateway's PostgreSQL "
+        "schema, where every replica reads the same one (and whoever reads that schema "
+        "can read the key: set it from a secret to keep it out of the database).",
     )
     peer_wait_seconds: float = Field(
         120.0,

@@ -10,7 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from hippo.audit.v1 import audit_pb2, audit_pb2_grpc
 from hippo_core import tracing
 from hippo_core.client import calling
-from hippo_gateway.domain.audit import AuditEvent, AuditRecord, EraseUser, Verification
+from hippo_gateway.domain.audit_events import AuditEvent, AuditRecord, EraseUser, Verification
 
 VERIFY_TIMEOUT_S = 600.0
 _STATES = {

@@ -14,7 +14,7 @@ from typing import Any
 
 from hippo_core.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from hippo_gateway.domain import validation
-from hippo_gateway.domain.audit import AuditEvent
+from hippo_gateway.domain.audit_events import chat_event, influence_event, memtok_write_event
 from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.models import BuiltContext, Generation, InfluencePlan, Role, TurnIn
@@ -150,10 +150,7 @@ class ChatService:
         if plan is not None and mode != Influence.OFF and recorder is not None:
             # The pipeline's steps, as the injection service reported them: selected
             # words, shortlist, LLM2, what was applied and skipped (and why).
-            event = AuditEvent(
-                tenant, "influence", user, session, body=plan.body, private=dict(plan.private)
-            )
-            await recorder.record(event)
+            await recorder.record(influence_event(tenant, user, session, plan.body, plan.private))
         disclosed = await self._context.disclose(
             tenant, user, session, message, context, plan.body if plan else influence_body
         )
@@ -180,29 +177,17 @@ class ChatService:
         if plan is not None and mode != Influence.OFF and self._influencer is not None:
             written, words = await self._influencer.write(tenant, user, message, reply)
             if recorder is not None:
-                await recorder.record(
-                    AuditEvent(
-                        tenant,
-                        "memtok_write",
-                        user,
-                        session,
-                        body=dict(written),
-                        private=dict(words),
-                    )
-                )
+                await recorder.record(memtok_write_event(tenant, user, session, written, words))
         if recorder is not None:
-            exchange = AuditEvent(
+            exchange = chat_event(
                 tenant,
-                "chat",
                 user,
                 session,
-                tuple(stored.memory_ids),
-                body={
-                    "context_seq": disclosed.audit_seq,
-                    "finish_reason": finish or "length",
-                    "generated_tokens": generated,
-                    **influence_body,
-                },
+                stored.memory_ids,
+                context_seq=disclosed.audit_seq,
+                finish_reason=finish or "length",
+                generated_tokens=generated,
+                influence=influence_body,
             )
             seq = await recorder.record(exchange, wait=True)
         words = plan.private.get("words", {}) if plan else {}

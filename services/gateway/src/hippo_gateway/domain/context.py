@@ -35,7 +35,8 @@ from typing import Any
 
 from hippo_core.errors import InvalidArgument
 from hippo_gateway.domain import disclosure, validation
-from hippo_gateway.domain.audit import AuditEvent, AuditRecorder, context_event
+from hippo_gateway.domain.audit_events import context_event, influence_event
+from hippo_gateway.domain.audit_recorder import AuditRecorder
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.models import (
     BuiltContext,
@@ -325,7 +326,7 @@ class ContextBuilder:
         seq = await self._recorder.record(event, wait=True) if self._recorder else 0
         events = [event]
         if influence is not None:
-            events.append(AuditEvent(tenant, "influence", user, session, body=influence))
+            events.append(influence_event(tenant, user, session, influence))
         return Disclosed(built, disclosure.note(events), seq)
 
     # -- assembly ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hippo_gateway.domain.audit import AuditEvent
+from hippo_gateway.domain.audit_events import AuditEvent
 
 REASONS = {
     "in_window": "already in the recent window",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hippo_gateway import metrics
-from hippo_gateway.domain import audit, ids, validation
-from hippo_gateway.domain.audit import AuditRecorder
+from hippo_gateway.domain import audit_events, ids, validation
+from hippo_gateway.domain.audit_recorder import AuditRecorder
 from hippo_gateway.domain.indexing import vector_text
 from hippo_gateway.domain.models import (
     Forgotten,
@@ -62,7 +62,7 @@ class MemoryService:
         self._clock = clock
         # The session window (summariser); None = no bounded sessions in this deployment.
         self._sessions = sessions
-        # The audit log (domain/audit.py); None = nothing is recorded in this deployment.
+        # The audit log (domain/audit_recorder.py); None = nothing is recorded in this deployment.
         self._audit = audit
 
     async def remember(
@@ -183,7 +183,7 @@ class MemoryService:
         if self._audit is None:
             return await write()
         memory_ids = [t.memory_id for t in to_store]
-        event = audit.remember_event(tenant, user, session, memory_ids, len(to_store))
+        event = audit_events.remember_event(tenant, user, session, memory_ids, len(to_store))
         return await self._audit.remembering(event, write)
 
 

@@ -1,10 +1,18 @@
-"""What the gateway needs from its peers. The adapters speak gRPC; tests may use doubles."""
+"""What the gateway needs from its peers and its audit spool. The adapters speak gRPC
+(the spool: the core outbox over SQLite or PostgreSQL); tests may use doubles."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from hippo_gateway.domain.audit_events import (
+    AuditEvent,
+    AuditItem,
+    AuditRecord,
+    EraseUser,
+    Verification,
+)
 from hippo_gateway.domain.models import (
     ChatMessage,
     Counted,
@@ -102,3 +110,62 @@ class Influencer(Protocol):
         """Rank and store the query's words, buffer the reply's; the audit entry's public
         body (ids, numbers) and private part (the words)."""
         ...
+
+
+class AuditLog(Protocol):
+    """The audit service, as the gateway uses it."""
+
+    async def append(self, events: Sequence[AuditEvent]) -> list[int]:
+        """Append in order, all or none; the seq of each (the earlier one for an event_id
+        already appended)."""
+        ...
+
+    async def erase_user(self, erase: EraseUser) -> int:
+        """Destroy the user's keys; the seq of the entry recording it."""
+        ...
+
+    async def read(
+        self, tenant: str, user: str, session: str, after_seq: int, to_seq: int, limit: int
+    ) -> tuple[list[AuditRecord], int]:
+        """The user's (or session's) entries after `after_seq`, private bodies decrypted
+        where the key exists; and the next after_seq (0 = no more)."""
+        ...
+
+    async def verify(self, from_seq: int, to_seq: int) -> Verification: ...
+
+
+class AuditOutbox(Protocol):
+    """The durable spool of audit items not yet delivered, and its one drainer
+    (`hippo_core.outbox.Outbox`: a SQLite file embedded, the gateway's PostgreSQL schema
+    in cluster mode). Items are delivered oldest first through the recorder's `deliver`."""
+
+    @property
+    def reachable(self) -> bool:
+        """False while deliveries fail."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def put(self, items: Sequence[AuditItem]) -> None:
+        """Durable (committed, synced) before it returns; `items` keep their order."""
+        ...
+
+    async def drain_now(self) -> None:
+        """Deliver everything waiting before returning; raises what delivery raised."""
+        ...
+
+    def depth(self) -> int:
+        """Items waiting, as last seen (no I/O)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop delivering; what waits stays for the next start (or another replica)."""
+        ...
+
+
+# What the recorder hands its outbox: how to deliver a batch (results for a prefix of it,
+# one per item delivered), and what to do once an item is delivered or refused for good.
+Deliver = Callable[[Sequence[AuditItem]], Awaitable[Sequence[int]]]
+OnDelivered = Callable[[AuditItem, int], None]
+OnBuried = Callable[[AuditItem], None]
+OpenOutbox = Callable[[Deliver, OnDelivered, OnBuried], AuditOutbox]
