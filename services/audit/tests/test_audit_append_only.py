@@ -1,7 +1,9 @@
-"""No code path can update or delete a log entry: checked on the source, so it stays true.
+"""No code path can update or delete a log entry or a checkpoint: checked on the
+source, so it stays true.
 
-(The database refuses it too, by trigger: see test_audit_log. This test keeps anyone from
-adding such SQL in the first place, including by dropping the triggers.)
+(The database refuses it too, by trigger, in both engines: see test_audit_log. This test
+keeps anyone from adding such SQL in the first place, including by dropping or disabling
+the triggers.)
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ SOURCES = [
     ROOT / "bench" / "audit.py",
     ROOT / "libs" / "cli" / "src" / "hippo_cli" / "audit.py",
 ]
+_TABLES = r"(entries|checkpoints)"
 FORBIDDEN = re.compile(
-    r"\bUPDATE\s+(OR\s+\w+\s+)?entries\b"
-    r"|\bDELETE\s+FROM\s+entries\b"
-    r"|\b(INSERT\s+OR\s+\w+|REPLACE)\s+INTO\s+entries\b"
+    rf"\bUPDATE\s+(OR\s+\w+\s+)?{_TABLES}\b"
+    rf"|\bDELETE\s+FROM\s+{_TABLES}\b"
+    rf"|\b(INSERT\s+OR\s+\w+|REPLACE)\s+INTO\s+{_TABLES}\b"
     r"|\bON\s+CONFLICT\b[^;]*\bDO\s+UPDATE\b"
-    r"|\bDROP\s+(TABLE|TRIGGER|INDEX)\b"
-    r"|\bALTER\s+TABLE\s+entries\b",
+    r"|\bDROP\s+(TABLE|TRIGGER|INDEX|FUNCTION)\b"
+    rf"|\bALTER\s+TABLE\s+{_TABLES}\b"
+    rf"|\bTRUNCATE\s+(TABLE\s+)?{_TABLES}\b"
+    r"|\bDISABLE\s+TRIGGER\b|\bsession_replication_role\b",
     re.IGNORECASE,
 )
 
@@ -49,6 +54,13 @@ def test_the_rule_catches_what_it_should() -> None:
         "DROP TRIGGER entries_are_never_deleted",
         "DROP TABLE entries",
         "ALTER TABLE entries RENAME TO old",
+        "UPDATE checkpoints SET size = 1",
+        "DELETE FROM checkpoints WHERE size > 10",
+        "TRUNCATE entries",
+        "truncate table checkpoints",
+        "ALTER TABLE entries DISABLE TRIGGER USER",
+        "SET session_replication_role = replica",
+        "DROP FUNCTION refuse_change",
     ):
         assert FORBIDDEN.search(sql), sql
     for sql in (
@@ -56,6 +68,10 @@ def test_the_rule_catches_what_it_should() -> None:
         "SELECT seq FROM entries",
         "CREATE TRIGGER t BEFORE UPDATE ON entries BEGIN SELECT RAISE(ABORT, 'no'); END",
         "DELETE FROM user_keys WHERE tenant = ? AND user_id = ?",  # keys, not entries
+        "UPDATE head SET seq = %s, hash = %s WHERE id = 1",  # the lock row moves on
+        "SELECT seq FROM head WHERE id = 1 FOR UPDATE",
+        "CREATE TRIGGER t BEFORE TRUNCATE ON entries FOR EACH STATEMENT EXECUTE FUNCTION f()",
+        "INSERT INTO checkpoints (size) VALUES (%s) ON CONFLICT (size) DO NOTHING",
     ):
         assert not FORBIDDEN.search(sql), sql
 
@@ -72,10 +88,11 @@ def test_no_code_updates_or_deletes_log_entries() -> None:
 
 
 def test_the_only_write_to_the_log_is_a_plain_insert() -> None:
-    writes = [
-        text
-        for path in SOURCES
-        for text in _strings(path)
-        if re.search(r"\bINTO\s+entries\b", text, re.IGNORECASE)
-    ]
-    assert writes and all(re.match(r"\s*INSERT INTO entries\b", w) for w in writes), writes
+    for table in ("entries", "checkpoints"):
+        writes = [
+            text
+            for path in SOURCES
+            for text in _strings(path)
+            if re.search(rf"\bINTO\s+{table}\b", text, re.IGNORECASE)
+        ]
+        assert writes and all(re.match(rf"\s*INSERT INTO {table}\b", w) for w in writes), writes

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -251,3 +254,85 @@ def test_a_truncated_log_is_reported_and_refuses_writes_after_restart(tmp_path: 
             with pytest.raises(grpc.RpcError) as err:
                 client.Append(audit_pb2.AppendRequest(entries=[new_entry("acme", "u")]), timeout=10)
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_two_replicas_on_one_database_serve_one_chain(postgres_url: str, tmp_path: Path) -> None:
+    """Cluster mode through the real processes: two audit replicas on one PostgreSQL,
+    three writers on each appending the same idempotency keys. Every key is stored once
+    (both replicas answer it with the same seq), Verify passes through either replica,
+    both report the same head, and a replica killed -9 comes back to the same chain."""
+    env = {
+        "HIPPO_AUDIT_DATABASE__URL": postgres_url,
+        "HIPPO_AUDIT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "HIPPO_AUDIT_CHECKPOINT_EVERY": "25",
+    }
+    answers: dict[str, set[tuple[int, str]]] = {}
+    lock = threading.Lock()
+
+    def writer(addr: str, w: int) -> None:
+        with grpc.insecure_channel(addr) as channel:
+            client = audit_pb2_grpc.AuditServiceStub(channel)
+            for i in range(w, 60, 3):
+                key = f"k-{i}"
+                reply = client.Append(
+                    audit_pb2.AppendRequest(
+                        entries=[new_entry("acme", f"u{i % 4}", idempotency_key=key)]
+                    ),
+                    timeout=10,
+                )
+                with lock:
+                    answers.setdefault(key, set()).add(
+                        (reply.entries[0].seq, reply.entries[0].hash)
+                    )
+
+    port = reserve_port()
+    with audit_process(tmp_path / "a", port, **env) as a, audit_process(tmp_path / "b", **env) as b:
+        wait_for(a.addr, SERVICE, timeout=60)
+        wait_for(b.addr, SERVICE, timeout=60)
+        threads = [
+            threading.Thread(target=writer, args=(proc.addr, w))
+            for proc in (a, b)
+            for w in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(answers) == 60 and all(len(seen) == 1 for seen in answers.values())
+        assert sorted(seq for [(seq, _)] in answers.values()) == list(range(1, 61))
+        os.kill(a.process.pid, signal.SIGKILL)
+        a.process.wait()
+        with grpc.insecure_channel(b.addr) as channel:
+            client = audit_pb2_grpc.AuditServiceStub(channel)
+            client.Append(audit_pb2.AppendRequest(entries=[new_entry("acme", "z")]), timeout=10)
+            verdict = client.Verify(audit_pb2.VerifyRequest(), timeout=30)
+            assert verdict.ok and verdict.entries_checked == verdict.head_seq == 61, verdict
+            assert verdict.checkpoints_checked >= 2
+            b_head = client.Head(audit_pb2.HeadRequest(), timeout=10)
+    with audit_process(tmp_path / "a", port, **env) as again:
+        wait_for(again.addr, SERVICE, timeout=60)
+        with grpc.insecure_channel(again.addr) as channel:
+            client = audit_pb2_grpc.AuditServiceStub(channel)
+            head = client.Head(audit_pb2.HeadRequest(), timeout=10)
+            assert (head.seq, head.hash, head.writable) == (61, b_head.hash, True)
+            assert head.latest_checkpoint.size == 61  # b signed its tail when it stopped
+            assert client.Verify(audit_pb2.VerifyRequest(), timeout=30).ok
+
+
+def test_cluster_mode_refuses_a_signing_key_made_per_pod(postgres_url: str, tmp_path: Path) -> None:
+    """With a database URL and no shared signing key, the process stops at once and says
+    which setting to give."""
+    env = {
+        **os.environ,
+        "HIPPO_AUDIT_DATABASE__URL": postgres_url,
+        "HIPPO_AUDIT_DATA_DIR": str(tmp_path),
+        "HIPPO_AUDIT_PORT": str(reserve_port()),
+        "HIPPO_AUDIT_METRICS_PORT": str(reserve_port()),
+    }
+    env.pop("HIPPO_AUDIT_SIGNING_KEY", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "hippo_audit"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "HIPPO_AUDIT_SIGNING_KEY" in done.stderr and "cluster mode" in done.stderr
+    assert not (tmp_path / "checkpoint.key").exists()

@@ -1,24 +1,29 @@
-"""The log's use cases over real SQLite files, a real witness file and real keys."""
+"""The log's use cases, the contract both engines keep: over real SQLite files, a real
+witness file and real keys (the embedded default), and over a real PostgreSQL database
+(cluster mode)."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
-from audit_harness import entry, make_log
+from audit_harness import Backend, PostgresBackend, entry, make_log
 
-from hippo_audit.adapters import sqlite_log
+from hippo_audit.adapters import postgres_log, sqlite_log
 from hippo_audit.domain.log import AuditLog
-from hippo_audit.domain.models import Entry, Filter, NewEntry, PrivateState
+from hippo_audit.domain.models import Batch, Checkpoint, Filter, NewEntry, PrivateState
+from hippo_audit.domain.ports import Build
 from hippo_core.errors import Aborted, FailedPrecondition, InvalidArgument
 
 
 @pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[AuditLog]:
-    opened = make_log(tmp_path, checkpoint_every=10)
+async def log(backend: Backend) -> AsyncIterator[AuditLog]:
+    opened = backend.make_log(checkpoint_every=10)
     opened.open()
     await opened.start()
     yield opened
@@ -26,20 +31,22 @@ async def log(tmp_path: Path) -> AsyncIterator[AuditLog]:
 
 
 async def test_group_commit_keeps_each_writers_order_and_shares_commits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """32 concurrent writers, 25 appends each: seqs are contiguous, every writer's entries
     appear in the order it appended them, the chain verifies, and the appends were
     committed in fewer transactions than there were appends (they shared fsyncs)."""
     commits: list[int] = []
-    real = sqlite_log.SqliteLog.append
+    store = sqlite_log.SqliteLog if backend.name == "sqlite" else postgres_log.PostgresLog
+    real = store.append
 
-    def counting(self: sqlite_log.SqliteLog, entries: Sequence[Entry]) -> None:
-        commits.append(len(entries))
-        real(self, entries)
+    def counting(self: Any, build: Build) -> Batch:
+        batch = real(self, build)
+        commits.append(len(batch.entries))
+        return batch
 
-    monkeypatch.setattr(sqlite_log.SqliteLog, "append", counting)
-    log = make_log(tmp_path)
+    monkeypatch.setattr(store, "append", counting)
+    log = backend.make_log()
     log.open()
     await log.start()
     acked: dict[int, list[int]] = {w: [] for w in range(32)}
@@ -59,6 +66,7 @@ async def test_group_commit_keeps_each_writers_order_and_shares_commits(
         mine = [e for e in everything.entries if e.entry.user == f"w{w}"]
         assert [e.entry.seq for e in mine] == acked[w]
         assert [e.entry.body for e in mine] == [f'{{"i":{i},"writer":{w}}}' for i in range(25)]
+    commits = [c for c in commits if c]  # the checkpoint-only batch at open writes none
     assert sum(commits) == 800 and len(commits) < 800 and max(commits) > 1
     assert log.verify_now().ok
     await log.close()
@@ -142,10 +150,12 @@ async def test_reads_are_confined_to_the_tenant_and_filtered(log: AuditLog) -> N
 
 
 async def test_forgetting_a_user_makes_private_bodies_unreadable_and_the_chain_verifies(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    """The ciphertext stays (the chain covers it); the key is gone from the keys file too."""
-    log = make_log(tmp_path)
+    """The ciphertext stays (the chain covers it); the key's bytes are gone from the
+    store's files too (SQLite: the keys file and its WAL; PostgreSQL: every file of the
+    database, the key table rewritten after the erasure)."""
+    log = backend.make_log()
     log.open()
     await log.start()
     await log.append(
@@ -159,8 +169,9 @@ async def test_forgetting_a_user_makes_private_bodies_unreadable_and_the_chain_v
     page = await log.read(Filter("acme", user="alice"), 0, 0, 10, True)
     assert [e.private_state for e in page.entries] == [PrivateState.READABLE, PrivateState.NONE]
     assert page.entries[0].private == {"query_fingerprint": "f1", "note": "hers"}
-    with sqlite3.connect(tmp_path / "keys.sqlite3") as conn:
-        [(alice_key,)] = conn.execute("SELECT key FROM user_keys WHERE user_id = 'alice'")
+    [(alice_key,)] = backend.query("SELECT key FROM user_keys WHERE user_id = 'alice'")
+    alice_key = bytes(alice_key)
+    assert backend.key_bytes_found(alice_key), "the check can see a key that is there"
     sealed_before = page.entries[0].entry.sealed
 
     erased = await log.forget_user("acme", "alice", "gateway", "forget-1")
@@ -179,12 +190,10 @@ async def test_forgetting_a_user_makes_private_bodies_unreadable_and_the_chain_v
     verdict = log.verify_now()
     assert verdict.ok and verdict.entries_checked == 4
     await log.close()
-    for name in ("keys.sqlite3", "keys.sqlite3-wal"):
-        path = tmp_path / name
-        assert not path.exists() or alice_key not in path.read_bytes(), name
+    assert backend.key_bytes_found(alice_key) == []
 
     # A user seen again gets a new key; the old entries stay unreadable.
-    log = make_log(tmp_path)
+    log = backend.make_log()
     log.open()
     await log.start()
     await log.append([entry(user="alice", private={"note": "new"})], None)
@@ -194,34 +203,35 @@ async def test_forgetting_a_user_makes_private_bodies_unreadable_and_the_chain_v
     await log.close()
 
 
-async def test_checkpoints_every_n_entries_and_at_close(tmp_path: Path) -> None:
-    log = make_log(tmp_path, checkpoint_every=10)
+async def test_checkpoints_every_n_entries_and_at_close(backend: Backend) -> None:
+    log = backend.make_log(checkpoint_every=10)
     log.open()
     await log.start()
     for _ in range(25):
         await log.append([entry()], None)
     assert log.head().checkpoint is not None and log.head().checkpoint.size == 20
     await log.close()
-    reopened = make_log(tmp_path, checkpoint_every=10)
+    reopened = backend.make_log(checkpoint_every=10)
     reopened.open()
     head = reopened.head()
     assert head.checkpoint is not None and head.checkpoint.size == 25 and head.writable
     verdict = reopened.verify_now()
     assert verdict.ok and verdict.checkpoints_checked == 3  # 10, 20 and the final 25
+    await reopened.start()
+    await reopened.close()  # nothing unsigned: no fourth checkpoint
+    assert backend.make_log().verify_now().checkpoints_checked == 3
 
 
-async def test_a_truncated_log_refuses_writes_after_restart(tmp_path: Path) -> None:
+async def test_a_truncated_log_refuses_writes_after_restart(backend: Backend) -> None:
     """Appending to a log that lost signed entries would bury the evidence."""
-    log = make_log(tmp_path, checkpoint_every=5)
+    log = backend.make_log(checkpoint_every=5)
     log.open()
     await log.start()
     for _ in range(12):
         await log.append([entry()], None)
     await log.close()
-    with sqlite3.connect(tmp_path / "audit.sqlite3") as conn:
-        conn.execute("DROP TRIGGER entries_are_never_deleted")
-        conn.execute("DELETE FROM entries WHERE seq > 8")
-    log = make_log(tmp_path, checkpoint_every=5)
+    assert backend.attack("DELETE FROM entries WHERE seq > 8") == 4
+    log = backend.make_log(checkpoint_every=5)
     log.open()
     await log.start()
     head = log.head()
@@ -235,16 +245,16 @@ async def test_a_truncated_log_refuses_writes_after_restart(tmp_path: Path) -> N
     await log.close()
 
 
-async def test_the_database_refuses_updates_and_deletes(tmp_path: Path) -> None:
-    log = make_log(tmp_path)
+async def test_the_database_refuses_updates_and_deletes(backend: Backend) -> None:
+    log = backend.make_log()
     log.open()
     await log.start()
     await log.append([entry()], None)
     await log.close()
-    with sqlite3.connect(tmp_path / "audit.sqlite3") as conn:
-        for sql in ("UPDATE entries SET actor = 'x'", "DELETE FROM entries"):
-            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-                conn.execute(sql)
+    for sql in ("UPDATE entries SET actor = 'x'", "DELETE FROM entries"):
+        with pytest.raises((sqlite3.IntegrityError, psycopg.Error), match="append-only"):
+            backend.query(sql)
+    assert backend.query("SELECT actor FROM entries") == [("gateway",)]
 
 
 async def test_follow_sends_the_backlog_then_new_entries(log: AuditLog) -> None:
@@ -265,10 +275,94 @@ async def test_follow_sends_the_backlog_then_new_entries(log: AuditLog) -> None:
     assert received == [1, 4, 6]
 
 
-async def test_the_idempotency_lookup_is_an_index_search(log: AuditLog, tmp_path: Path) -> None:
+async def test_the_idempotency_lookup_is_an_index_search(tmp_path: Path) -> None:
     """Every keyed append looks its key up: a scan of the tenant's entries would make
     appends slower as the log grows."""
+    log = make_log(tmp_path)
+    log.open()
+    await log.start()
     await log.append([entry(key="k")], None)
+    await log.close()
     with sqlite3.connect(tmp_path / "audit.sqlite3") as conn:
         plan = conn.execute(f"EXPLAIN QUERY PLAN {sqlite_log.FIND_KEY}", ("acme", "k")).fetchall()
     assert "USING INDEX entries_by_key" in plan[0][3], plan
+
+
+async def test_the_postgres_idempotency_lookup_can_use_the_key_index(
+    postgres: PostgresBackend,
+) -> None:
+    """The batch lookup's condition implies the partial unique index's, so PostgreSQL can
+    answer it from the index (sequential scans off: a tiny table would not need it)."""
+    log = postgres.make_log()
+    log.open()
+    await log.start()
+    await log.append([entry(key="k")], None)
+    await log.close()
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute("SET search_path = hippo_audit")
+        conn.execute("SET enable_seqscan = off")
+        plan = conn.execute(f"EXPLAIN {postgres_log.FIND_KEYS}", (["acme"], ["k"])).fetchall()
+    assert "entries_by_key" in " ".join(r[0] for r in plan), plan
+
+
+async def test_files_written_before_numbered_migrations_still_open(tmp_path: Path) -> None:
+    """Keys files were written without a schema version (user_version 0) and logs at
+    version 1: both open as they are, entries and private bodies intact."""
+    log = make_log(tmp_path)
+    log.open()
+    await log.start()
+    await log.append([entry(private={"note": "kept"})], None)
+    await log.close()
+    with sqlite3.connect(tmp_path / "keys.sqlite3") as conn:
+        conn.execute("PRAGMA user_version = 0")  # as every keys file before this build
+    log = make_log(tmp_path)
+    log.open()
+    await log.start()
+    page = await log.read(Filter("acme"), 0, 0, 10, True)
+    assert page.entries[0].private == {"note": "kept"}
+    await log.close()
+    for name, version in (("keys.sqlite3", 1), ("audit.sqlite3", 1)):
+        with sqlite3.connect(tmp_path / name) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (version,), name
+    assert make_log(tmp_path).verify_now().ok
+
+
+async def test_the_witness_keeps_checkpoints_in_order(backend: Backend) -> None:
+    """Both witnesses (the file; the table beside the log) hand back what was appended,
+    in order; `latest` is the last one."""
+    log = backend.make_log(checkpoint_every=2)
+    log.open()
+    await log.start()
+    for _ in range(5):
+        await log.append([entry()], None)
+    await log.close()
+    verdict = backend.make_log().verify_now()
+    assert verdict.ok and verdict.checkpoints_checked == 3  # 2, 4 and 5 (at close)
+    assert verdict.latest_checkpoint is not None and verdict.latest_checkpoint.size == 5
+    witness = backend.witness()
+    lines = witness.read()
+    assert [line.checkpoint.size for line in lines if line.checkpoint] == [2, 4, 5]
+    assert witness.latest() == lines[-1].checkpoint
+    later = Checkpoint(9, b"\x01" * 32, 123, "k" * 16, b"\x02" * 64)
+    witness.append(later)
+    assert witness.latest() == later and len(witness.read()) == 4
+
+
+async def test_a_running_log_refuses_to_extend_a_log_cut_behind_its_back(
+    backend: Backend,
+) -> None:
+    """Entries deleted while the log runs (unsigned ones: no checkpoint shows the cut):
+    the next batch finds the head it left gone and refuses, instead of numbering new
+    entries into the gap, which would hide the cut."""
+    log = backend.make_log()
+    log.open()
+    await log.start()
+    for _ in range(10):
+        await log.append([entry()], None)
+    assert backend.attack("DELETE FROM entries WHERE seq > 7") == 3
+    with pytest.raises(FailedPrecondition) as err:
+        await log.append([entry()], None)
+    assert err.value.reason == "LOG_DISAGREES_WITH_CHECKPOINT"
+    assert "ends at entry 7" in log.head().problem and not log.head().writable
+    await log.close()
+    assert backend.query("SELECT max(seq) FROM entries") == [(7,)]  # nothing was added

@@ -51,6 +51,12 @@ KEYS_DESTROYED = Counter(
     "hippo_audit_keys_destroyed", "Per-user encryption keys destroyed by ForgetUser."
 )
 
+KEY_SCRUB_FAILURES = Counter(
+    "hippo_audit_key_scrub_failures",
+    "Erasures after which the key table could not be rewritten (cluster mode): the "
+    "destroyed keys' bytes may stay in its free space until the next rewrite succeeds.",
+)
+
 
 def checkpoint_signed(size: int, time_us: int) -> None:
     CHECKPOINT_SIZE.set(size)

@@ -36,7 +36,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
     async def Head(
         self, request: audit_pb2.HeadRequest, context: grpc.aio.ServicerContext
     ) -> audit_pb2.HeadResponse:
-        return convert.head_response(self._log().head())
+        return convert.head_response(await self._log().current_head())
 
     async def Read(
         self, request: audit_pb2.ReadRequest, context: grpc.aio.ServicerContext

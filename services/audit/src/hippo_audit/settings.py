@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from hippo_core.settings import ServiceSettings
+from hippo_core.settings import DatabaseSettings, ServiceSettings
 
 
 class AuditSettings(ServiceSettings):
@@ -17,10 +17,17 @@ class AuditSettings(ServiceSettings):
     metrics_port: int = Field(
         9106, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
     )
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings,
+        description="The log's store. Empty url: SQLite files under data_dir (one "
+        "replica). A PostgreSQL url: cluster mode, every replica appends to one chain in "
+        "schema hippo_audit (entries, checkpoints and per-user keys); needs signing_key.",
+    )
     data_dir: str = Field(
         "var/audit",
         description="Where the log (audit.sqlite3), and by default the witness file, the "
-        "per-user keys and the signing key live. Losing audit.sqlite3 loses the log.",
+        "per-user keys and the signing key live (SQLite mode; unused in cluster mode). "
+        "Losing audit.sqlite3 loses the log.",
     )
     witness_path: str = Field(
         "",
@@ -36,8 +43,10 @@ class AuditSettings(ServiceSettings):
     signing_key: SecretStr = Field(
         SecretStr(""),
         description="Base64 of the 32-byte Ed25519 private key that signs checkpoints. "
-        "Empty: <data_dir>/checkpoint.key, generated on first start (the local default). "
-        "Changing the key makes earlier checkpoints fail Verify: keep it for the log's life.",
+        "Empty: <data_dir>/checkpoint.key, generated on first start (the local default; "
+        "refused in cluster mode, where every replica must sign with this one key: give "
+        "it from a secret). Changing the key makes earlier checkpoints fail Verify: keep "
+        "it for the log's life.",
     )
     checkpoint_every: int = Field(
         1000,
@@ -64,6 +73,11 @@ class AuditSettings(ServiceSettings):
         ge=1024,
         description="Largest body or private_body of an entry, as canonical JSON bytes.",
     )
+
+    @property
+    def cluster(self) -> bool:
+        """Cluster mode: the log is in PostgreSQL, shared by every replica."""
+        return bool(self.database.url.get_secret_value())
 
     def log_path(self) -> Path:
         return Path(self.data_dir) / "audit.sqlite3"

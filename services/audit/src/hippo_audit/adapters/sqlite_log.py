@@ -1,13 +1,15 @@
-"""The log on one SQLite file: the audit service's source of truth.
+"""The log on one SQLite file: the audit service's source of truth (embedded default).
 
 Append-only by construction. The code only ever INSERTs entries (a test checks the
 source), and triggers make SQLite itself refuse any UPDATE or DELETE of an entry, so a
 bug cannot rewrite history through this adapter. (Someone with the file can drop the
 triggers: that is what the hash chain and the signed checkpoints are for.)
 
-Durability: WAL with `synchronous=FULL`, so `append` returns only once its transaction
-is fsynced; the writer batches concurrent appends into one transaction (group commit).
-Reads use their own connections (one per thread): WAL lets them run beside the writer.
+Durability: WAL with `synchronous=FULL` (hippo_core.sqlite), so `append` returns only
+once its transaction is fsynced; the writer batches concurrent appends into one
+transaction (group commit). The batch is built inside `BEGIN IMMEDIATE` on the head read
+there: SQLite's write lock is the append lock of the port. Reads use their own
+connections (one per thread): WAL lets them run beside the writer.
 
 Tenancy: every read that returns content has `tenant = ?` in its SQL. Only `rows` (the
 raw material of Verify, which returns hashes and seqs, never content) and the head scan
@@ -18,17 +20,19 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
-from hippo_audit.domain.chain import GENESIS, ID_SEPARATOR, Row
-from hippo_audit.domain.models import Entry, Filter
-from hippo_core.errors import FailedPrecondition
+from hippo_audit.adapters.rows import COLUMNS, entry_of, entry_row
+from hippo_audit.domain.chain import GENESIS, Row
+from hippo_audit.domain.models import Batch, Entry, Filter, Tip
+from hippo_audit.domain.ports import Build, HeadMismatch
+from hippo_core import sqlite as hippo_sqlite
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
+# Version 1 is the layout every file written so far has (user_version 1): never edit it;
+# a change is a new migration appended here.
+MIGRATIONS: list[hippo_sqlite.Migration] = [
+    """
 CREATE TABLE entries (
     seq             INTEGER PRIMARY KEY,
     time_us         INTEGER NOT NULL,
@@ -54,14 +58,11 @@ CREATE TRIGGER entries_are_never_updated BEFORE UPDATE ON entries
     BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END;
 CREATE TRIGGER entries_are_never_deleted BEFORE DELETE ON entries
     BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END;
-"""
+""",
+]
 
-# Column order = chain.Row: seq, time_us, key_id, the 9 encoded fields, prev_hash, hash.
-_COLUMNS = (
-    "seq, time_us, key_id, tenant, actor, event_type, user_id, session_id, memory_ids, "
-    "body, sealed, idempotency_key, prev_hash, hash"
-)
-_INSERT = f"INSERT INTO entries ({_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+_INSERT = f"INSERT INTO entries ({COLUMNS}) VALUES ({', '.join('?' * 14)})"
+_HEAD = "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1"
 _FETCH = 4096
 # The `!= ''` repeats the partial index's condition: without it SQLite cannot prove the
 # index applies and scans the tenant's entries instead (on every append, growing with the
@@ -72,81 +73,32 @@ FIND_KEY = (
 )
 
 
-def _entry(row: tuple[Any, ...]) -> Entry:
-    ids = str(row[8])
-    return Entry(
-        seq=int(row[0]),
-        time_us=int(row[1]),
-        key_id=int(row[2]),
-        tenant=str(row[3]),
-        actor=str(row[4]),
-        event_type=str(row[5]),
-        user=str(row[6]),
-        session=str(row[7]),
-        memory_ids=tuple(ids.split(ID_SEPARATOR)) if ids else (),
-        body=str(row[9]),
-        sealed=bytes(row[10]),
-        idempotency_key=str(row[11]),
-        prev_hash=bytes(row[12]),
-        hash=bytes(row[13]),
-    )
-
-
 class SqliteLog:
-    """`LogStore` on one SQLite file. `append` and `find_key` belong to the one writer
-    thread; reads may come from any thread."""
+    """`LogStore` on one SQLite file. `append` belongs to the one writer thread; reads
+    may come from any thread. One process writes the file: `shared` is False."""
+
+    shared = False
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
         self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         self._busy_ms = busy_timeout_ms
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        conn = self._connect()
-        try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                # Some filesystems cannot hold a WAL; another mode would silently change
-                # the durability and concurrency we promise.
-                raise FailedPrecondition(f"audit log: journal_mode WAL not available ({mode})")
-            # FULL, not NORMAL: in WAL mode NORMAL may lose the last commits on power loss,
-            # and an acknowledged entry must never be lost.
-            conn.execute("PRAGMA synchronous = FULL")
-            # No checkpoint inside a commit: copying the WAL into the database (and its
-            # fsync) would land on whichever append crossed the threshold, a latency spike
-            # for that caller. `checkpoint` runs it beside the writer instead.
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._writer = conn
+        self._head: tuple[int, bytes] | None = None  # as the last append left it
+        # No checkpoint inside a commit: copying the WAL into the database (and its
+        # fsync) would land on whichever append crossed the threshold, a latency spike
+        # for that caller. `checkpoint` runs it beside the writer instead.
+        self._writer = hippo_sqlite.open_store(
+            self._path,
+            "audit log",
+            MIGRATIONS,
+            busy_timeout_ms=busy_timeout_ms,
+            autocheckpoint=False,
+        )
 
     def _connect(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; `append` opens BEGIN IMMEDIATE.
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
-        return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version == 0:
-                for statement in _statements(_SCHEMA):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif version != SCHEMA_VERSION:
-                raise FailedPrecondition(
-                    f"audit log: schema version {version} is not supported "
-                    f"(this build knows {SCHEMA_VERSION})"
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        return hippo_sqlite.connect(self._path, busy_timeout_ms=self._busy_ms)
 
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -159,47 +111,43 @@ class SqliteLog:
 
     # -- the writer ----------------------------------------------------------------------
 
-    def append(self, entries: Sequence[Entry]) -> None:
-        rows = [
-            (
-                e.seq,
-                e.time_us,
-                e.key_id,
-                e.tenant,
-                e.actor,
-                e.event_type,
-                e.user,
-                e.session,
-                ID_SEPARATOR.join(e.memory_ids),
-                e.body,
-                e.sealed,
-                e.idempotency_key,
-                e.prev_hash,
-                e.hash,
-            )
-            for e in entries
-        ]
-        conn = self._writer
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(_INSERT, rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+    def append(self, build: Build) -> Batch:
+        with hippo_sqlite.transaction(self._writer) as conn:
+            row = conn.execute(_HEAD).fetchone()
+            stored = (0, GENESIS) if row is None else (int(row[0]), bytes(row[1]))
+            # This process is the file's one writer, so the head it left is exact: a
+            # different last entry means rows were cut or added behind its back.
+            if self._head is not None and stored != self._head:
+                raise HeadMismatch(
+                    f"the writer left entry {self._head[0]} as the head but the log ends at "
+                    f"entry {stored[0]}{'' if stored[0] != self._head[0] else ' with another hash'}"
+                )
+            batch = build(Tip(*stored), self._find_keys)
+            if batch.entries:
+                conn.executemany(_INSERT, [entry_row(e) for e in batch.entries])
+        if batch.entries:
+            stored = (batch.entries[-1].seq, batch.entries[-1].hash)
+        self._head = stored
+        return batch
 
-    def find_key(self, tenant: str, idempotency_key: str) -> tuple[int, bytes] | None:
-        row = self._writer.execute(FIND_KEY, (tenant, idempotency_key)).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]))
+    def _find_keys(
+        self, wanted: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, bytes]]:
+        found = {}
+        for tenant, key in wanted:
+            row = self._writer.execute(FIND_KEY, (tenant, key)).fetchone()
+            if row is not None:
+                found[(tenant, key)] = (int(row[0]), bytes(row[1]))
+        return found
+
+    def wait_for_append(self, timeout: float) -> bool:
+        # Never called (`shared` is False): this process is the only writer.
+        return False
 
     # -- reads ---------------------------------------------------------------------------
 
     def head(self) -> tuple[int, bytes]:
-        row = (
-            self._reader()
-            .execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
-            .fetchone()
-        )
+        row = self._reader().execute(_HEAD).fetchone()
         return (0, GENESIS) if row is None else (int(row[0]), bytes(row[1]))
 
     def hash_at(self, seq: int) -> bytes | None:
@@ -207,7 +155,7 @@ class SqliteLog:
         return None if row is None else bytes(row[0])
 
     def read(self, where: Filter, after_seq: int, to_seq: int, limit: int) -> list[Entry]:
-        sql = [f"SELECT {_COLUMNS} FROM entries WHERE tenant = ? AND seq > ? AND seq <= ?"]
+        sql = [f"SELECT {COLUMNS} FROM entries WHERE tenant = ? AND seq > ? AND seq <= ?"]
         args: list[object] = [where.tenant, after_seq, to_seq]
         if where.user:
             sql.append("AND user_id = ?")
@@ -221,7 +169,7 @@ class SqliteLog:
             args.extend(kinds)
         sql.append("ORDER BY seq LIMIT ?")
         args.append(limit)
-        return [_entry(r) for r in self._reader().execute(" ".join(sql), args)]
+        return [entry_of(r) for r in self._reader().execute(" ".join(sql), args)]
 
     def rows(self, from_seq: int, to_seq: int) -> Iterator[Row]:
         # A connection of its own that hands text back as the stored bytes: verification
@@ -231,7 +179,7 @@ class SqliteLog:
         conn.text_factory = bytes
         try:
             cursor = conn.execute(
-                f"SELECT {_COLUMNS} FROM entries WHERE seq >= ? AND seq <= ? ORDER BY seq",
+                f"SELECT {COLUMNS} FROM entries WHERE seq >= ? AND seq <= ? ORDER BY seq",
                 (from_seq, to_seq),
             )
             while batch := cursor.fetchmany(_FETCH):
@@ -252,14 +200,3 @@ class SqliteLog:
         for conn in readers:
             conn.close()
         self._writer.close()
-
-
-def _statements(script: str) -> list[str]:
-    """Split the schema into statements; trigger bodies hold `;` inside BEGIN ... END."""
-    out, current = [], ""
-    for line in script.splitlines(keepends=True):
-        current += line
-        if sqlite3.complete_statement(current):
-            out.append(current.strip())
-            current = ""
-    return out

@@ -92,3 +92,9 @@ class FileWitness:
         if lines and lines[-1] == b"":
             lines.pop()
         return [decode(i, text) for i, text in enumerate(lines, start=1)]
+
+    def latest(self) -> Checkpoint | None:
+        for line in reversed(self.read()):
+            if line.checkpoint is not None:
+                return line.checkpoint
+        return None

@@ -1,20 +1,27 @@
 """The audit log's use cases: append (group commit), forget a user, read, follow, verify.
 
-One writer. Every mutation (appends, key erasures, checkpoints) goes through one queue
-served by one task, which hands a batch to one dedicated thread: the batch gets its
-sequence numbers and hashes in queue order and is committed in one transaction with one
-fsync. While a commit is on disk, new requests gather in the queue and form the next
-batch, so concurrent appends share fsyncs (group commit) and the order of the log is the
-order of the queue. A request is answered only after its commit is durable; a request
-whose caller gave up may still be committed (its idempotency key makes a retry safe).
+One writer per process. Every mutation (appends, erasures, checkpoint requests) goes
+through one queue served by one task, which hands a batch to one dedicated thread. The
+batch is built under the store's append lock on the head the store reads there (see
+`batch`): seqs and hashes in queue order, from the real head, committed in one
+transaction with one fsync. While a commit is on disk, new requests gather in the queue
+and form the next batch, so concurrent appends share fsyncs (group commit). With several
+processes on one database (cluster mode) their batches serialise on that lock and the
+log stays one chain in one total order. A request is answered only after its commit is
+durable; a request whose caller gave up may still be committed (its idempotency key
+makes a retry safe).
 
-Checkpoints are signed by the same writer after a commit, every `checkpoint_every`
-entries, on a timer, and at close, so a checkpoint always describes a committed head.
+Checkpoints are decided under the same lock, so one writer signs each: the batch that
+brings the unsigned tail to `checkpoint_every` entries, a timer when the latest
+checkpoint is older than the interval, and open and close when entries are unsigned. A
+store that keeps checkpoints (PostgreSQL) writes them in the batch's transaction; else
+the writer appends them to the witness file once the batch's callers are answered.
 
-At open the log is checked against the witness file. If it disagrees (it is shorter than
-a signed size, or an entry no longer hashes as signed), the service still serves reads
+At open the log is checked against the witness. If it disagrees (it is shorter than a
+signed size, or an entry no longer hashes as signed), the service still serves reads
 and Verify but refuses every write: appending to a rolled-back or rewritten log would
-bury the evidence under new, valid-looking entries.
+bury the evidence under new, valid-looking entries. A store whose head stops matching
+its entries (rows deleted behind its back) refuses the same way at the next append.
 """
 
 from __future__ import annotations
@@ -33,9 +40,19 @@ from typing import Literal
 
 from hippo_audit import metrics
 from hippo_audit.domain import checkpoints, validation
-from hippo_audit.domain.chain import GENESIS, Problem, canonical_json, link, verify_rows
+from hippo_audit.domain.batch import (
+    AppendJob,
+    Builder,
+    EraseJob,
+    Job,
+    Signing,
+    SignJob,
+    private_aad,
+)
+from hippo_audit.domain.chain import GENESIS, Problem, verify_rows
 from hippo_audit.domain.models import (
     Appended,
+    Batch,
     Checkpoint,
     Entry,
     Erased,
@@ -45,13 +62,13 @@ from hippo_audit.domain.models import (
     Page,
     PrivateState,
     ReadEntry,
+    ToOpen,
     Verdict,
     WitnessLine,
 )
-from hippo_audit.domain.ports import KeyRing, LogStore, Signer, Witness
+from hippo_audit.domain.ports import HeadMismatch, KeyRing, LogStore, Signer, Witness
 from hippo_audit.domain.validation import Limits, Prepared
 from hippo_core.errors import (
-    Aborted,
     FailedPrecondition,
     HippoError,
     InvalidArgument,
@@ -63,16 +80,11 @@ log = logging.getLogger(__name__)
 ERASE_EVENT = "erase"  # the entry ForgetUser appends
 _END = 2**63 - 1
 WAL_CHECKPOINT_SECONDS = 1.0
+WATCH_SECONDS = 0.5  # cluster mode: longest wait for word of another replica's append
 
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-def private_aad(tenant: str, user: str, seq: int) -> bytes:
-    """Bound into each private body's authentication tag: a ciphertext moved to another
-    entry, user or tenant does not decrypt there."""
-    return f"hippo.audit.v1 private\n{tenant}\n{user}\n{seq}".encode()
 
 
 @dataclass(frozen=True)
@@ -86,11 +98,21 @@ class LogConfig:
 @dataclass
 class _Request:
     kind: Literal["append", "forget", "checkpoint"]
-    future: asyncio.Future[object]
+    future: asyncio.Future[object] | None
     entries: Sequence[Prepared] = ()
     expected: bytes | None = None
     erase: NewEntry | None = None  # forget: the erasure entry (tenant, user, actor, key)
+    min_age_us: int = 0  # checkpoint: see SignJob
     enqueued: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Outcome:
+    """A batch's results (one per request) and what it changed (writer thread -> loop)."""
+
+    results: list[object]
+    head: tuple[int, bytes] | None = None  # after the batch, when it wrote entries
+    publish: Checkpoint | None = None  # signed, for the witness file (not kept by the store)
 
 
 def _day(time_us: int) -> str:
@@ -111,7 +133,7 @@ class AuditLog:
         self._config = config or LogConfig()
         self._clock = clock
         self._key_id = checkpoints.key_id(signer.public_key)
-        self._seq, self._hash = 0, GENESIS  # the committed head
+        self._seq, self._hash = 0, GENESIS  # the latest committed head this process knows
         self._checkpoint: Checkpoint | None = None
         self._writable, self._problem = True, ""
         self._queue: list[_Request] = []
@@ -119,38 +141,43 @@ class AuditLog:
         self._committed = asyncio.Event()  # replaced after every commit (see _notify)
         self._closing = asyncio.Event()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
+        self._watcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-watch")
         self._tasks: list[asyncio.Task[None]] = []
         self._dirty = False  # commits since the last WAL checkpoint
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def open(self) -> None:
-        """Load the head and check the log against the witness (blocking)."""
+        """Load the head, check the log against the witness, sign what is unsigned
+        (blocking)."""
+        # The witness first: every checkpoint read then describes entries already
+        # committed, so a head read after it can only be shorter if entries were lost
+        # (read the other way round, another replica's append could look like a cut).
+        lines = self._witness.read()
         self._seq, self._hash = self._store.head()
-        problems, _, latest = self._check_witness(self._witness.read(), self._seq, 1, self._seq)
+        problems, _, latest = self._check_witness(lines, self._seq, 1, self._seq)
         self._checkpoint = latest
         if problems:
             first = min(problems, key=_order)
-            self._writable = False
-            self._problem = f"entry {first.seq}: {first.reason}" if first.seq else first.reason
-            log.error(
-                "audit log disagrees with its signed checkpoints; writes refused: %s", self._problem
-            )
-        elif self._seq > (latest.size if latest else 0):
-            # Entries committed after the last checkpoint (an unclean stop): sign them now.
-            self._sign_checkpoint()
+            self._refuse_writes(f"entry {first.seq}: {first.reason}" if first.seq else first.reason)
+        else:
+            # Entries committed after the last checkpoint (an unclean stop, or another
+            # replica's appends): sign them now.
+            self._finish(self._commit([_Request("checkpoint", None)]))
         metrics.CHAIN_LENGTH.set(self._seq)
         metrics.WRITABLE.set(1 if self._writable else 0)
         if self._checkpoint is not None:
             metrics.checkpoint_signed(self._checkpoint.size, self._checkpoint.time_us)
 
     async def start(self) -> None:
-        """Start the writer and the checkpoint timer (inside the serving event loop)."""
+        """Start the writer and the timers (inside the serving event loop)."""
         self._tasks = [
             asyncio.create_task(self._write_loop(), name="audit-writer"),
             asyncio.create_task(self._checkpoint_timer(), name="audit-checkpoints"),
             asyncio.create_task(self._wal_timer(), name="audit-wal"),
         ]
+        if self._store.shared:
+            self._tasks.append(asyncio.create_task(self._watch(), name="audit-watch"))
 
     async def close(self) -> None:
         """Finish what is queued, sign a final checkpoint, close the stores."""
@@ -164,8 +191,12 @@ class AuditLog:
                 await task
         loop = asyncio.get_running_loop()
         if self._writable:
-            await loop.run_in_executor(self._writer, self._sign_checkpoint)
+            outcome = await loop.run_in_executor(
+                self._writer, self._commit, [_Request("checkpoint", None)]
+            )
+            await loop.run_in_executor(self._writer, self._finish, outcome)
         self._writer.shutdown(wait=True)
+        self._watcher.shutdown(wait=True)  # a wait for appends ends within WATCH_SECONDS
         self._store.close()
         self._keys.close()
 
@@ -199,6 +230,7 @@ class AuditLog:
             raise self._refusal()
         self._queue.append(request)
         self._wake.set()
+        assert request.future is not None
         return await request.future
 
     def _refusal(self) -> FailedPrecondition:
@@ -208,6 +240,11 @@ class AuditLog:
             reason="LOG_DISAGREES_WITH_CHECKPOINT",
         )
 
+    def _refuse_writes(self, problem: str) -> None:
+        self._writable, self._problem = False, problem
+        metrics.WRITABLE.set(0)
+        log.error("audit log disagrees with its signed checkpoints; writes refused: %s", problem)
+
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -215,22 +252,25 @@ class AuditLog:
             self._wake.clear()
             while self._queue:
                 batch = self._take()
-                outcomes = await loop.run_in_executor(self._writer, self._commit, batch)
+                outcome = await loop.run_in_executor(self._writer, self._commit, batch)
                 done = time.perf_counter()
-                self._dirty = True
-                for request, outcome in zip(batch, outcomes, strict=True):
+                if outcome.head is not None:
+                    self._advance(*outcome.head)
+                    self._dirty = True
+                for request, result in zip(batch, outcome.results, strict=True):
                     metrics.APPEND_SECONDS.observe(done - request.enqueued)
-                    if request.future.done():  # the caller was cancelled meanwhile
+                    if request.future is None or request.future.done():  # caller cancelled
                         continue
-                    if isinstance(outcome, BaseException):
-                        request.future.set_exception(outcome)
+                    if isinstance(result, BaseException):
+                        request.future.set_exception(result)
                     else:
-                        request.future.set_result(outcome)
-                self._notify()
-                # After the batch's callers are answered: signing and fsyncing the witness
-                # is not on any append's latency.
-                if self._checkpoint_due():
-                    await loop.run_in_executor(self._writer, self._sign_checkpoint)
+                        request.future.set_result(result)
+                if outcome.head is not None:
+                    self._notify()
+                # After the batch's callers are answered: fsyncing the witness file is
+                # not on any append's latency.
+                if outcome.publish is not None:
+                    await loop.run_in_executor(self._writer, self._finish, outcome)
             if self._closing.is_set():
                 return
 
@@ -251,133 +291,110 @@ class AuditLog:
         batch, self._queue = self._queue[:count], self._queue[count:]
         return batch
 
-    def _commit(self, batch: list[_Request]) -> list[object]:
-        """Build the batch's entries on the committed head and commit them (writer thread)."""
+    def _commit(self, batch: list[_Request]) -> _Outcome:
+        """Build the batch on the store's head, under its lock, and commit it (writer
+        thread, or the opening thread before start)."""
         if not self._writable:
-            return [self._refusal() for _ in batch]
-        seq, head = self._seq, self._hash
-        pending: list[Entry] = []
-        outcomes: list[object] = []
-        keys: dict[tuple[str, str], tuple[int, bytes]] = {}
+            return _Outcome([self._refusal() for _ in batch])
         try:
-            for request in batch:
-                if request.kind == "checkpoint":
-                    self._sign_checkpoint()
-                    outcomes.append(None)
-                    continue
-                if request.kind == "forget":
-                    assert request.erase is not None
-                    erase = request.erase
-                    # The key goes first and durably: a crash before the entry commits
-                    # leaves the user erased and the caller unanswered; its retry (same
-                    # idempotency key) records the erasure once.
-                    destroyed = self._keys.destroy(erase.tenant, erase.user)
-                    metrics.KEYS_DESTROYED.inc(destroyed)
-                    body = canonical_json({"keys_destroyed": destroyed})
-                    appended, seq, head = self._add(
-                        Prepared(erase, body, None), seq, head, pending, keys
-                    )
-                    outcomes.append(Erased(destroyed, appended.seq))
-                    continue
-                if request.expected is not None and request.expected != head:
-                    outcomes.append(
-                        Aborted(
-                            f"expected_prev_hash: the head is entry {seq} with hash "
-                            f"{head.hex()}; another writer appended first",
-                            reason="HEAD_MOVED",
-                        )
-                    )
-                    continue
-                results = []
-                for new in request.entries:
-                    appended, seq, head = self._add(new, seq, head, pending, keys)
-                    results.append(appended)
-                outcomes.append(results)
-            if pending:
-                self._store.append(pending)
+            jobs = [self._job(request) for request in batch]
+            builder = Builder(
+                jobs,
+                keys=self._keys,
+                signer=self._signer,
+                every=self._config.checkpoint_every,
+                clock=self._clock,
+                own_checkpoint=self._checkpoint,
+            )
+            stored = self._store.append(builder)
+        except HeadMismatch as exc:
+            self._refuse_writes(str(exc))
+            return _Outcome([self._refusal() for _ in batch])
         except HippoError as exc:
-            return [exc for _ in batch]
+            return _Outcome([exc for _ in batch])
         except Exception:
             log.exception("audit: a group commit failed; nothing of it was written")
             error = Unavailable("the audit log could not commit; retry shortly")
-            return [error for _ in batch]
-        if pending:
-            self._seq, self._hash = seq, head
-            metrics.CHAIN_LENGTH.set(seq)
-            metrics.BATCH_ENTRIES.observe(len(pending))
-            for event_type, count in Counter(e.event_type for e in pending).items():
+            return _Outcome([error for _ in batch])
+        return self._committed_batch(builder, stored)
+
+    def _job(self, request: _Request) -> Job:
+        if request.kind == "checkpoint":
+            return SignJob(request.min_age_us)
+        if request.kind == "forget":
+            assert request.erase is not None
+            erase = request.erase
+            # The key goes first and durably, before the entry and outside the append
+            # lock: a crash before the entry commits leaves the user erased and the
+            # caller unanswered; its retry (same idempotency key) records the erasure once.
+            destroyed = self._keys.destroy(erase.tenant, erase.user)
+            metrics.KEYS_DESTROYED.inc(destroyed)
+            return EraseJob(erase, destroyed)
+        return AppendJob(request.entries, request.expected)
+
+    def _committed_batch(self, builder: Builder, stored: Batch) -> _Outcome:
+        outcome = _Outcome(builder.results)
+        if stored.entries:
+            last = stored.entries[-1]
+            outcome.head = (last.seq, last.hash)
+            metrics.BATCH_ENTRIES.observe(len(stored.entries))
+            for event_type, count in Counter(e.event_type for e in stored.entries).items():
                 metrics.ENTRIES.labels(event_type).inc(count)
-        return outcomes
+        metrics.DUPLICATES.inc(builder.duplicates)
+        if stored.checkpoint is not None:
+            if builder.kept:
+                self._signed(stored.checkpoint)  # committed with the batch
+            else:
+                outcome.publish = stored.checkpoint
+        return outcome
 
-    def _checkpoint_due(self) -> bool:
-        last = self._checkpoint.size if self._checkpoint else 0
-        return self._writable and self._seq - last >= self._config.checkpoint_every
-
-    def _add(
-        self,
-        prepared: Prepared,
-        seq: int,
-        head: bytes,
-        pending: list[Entry],
-        keys: dict[tuple[str, str], tuple[int, bytes]],
-    ) -> tuple[Appended, int, bytes]:
-        """Add an entry after (seq, head) unless its idempotency key is already in the log."""
-        new = prepared.new
-        if new.idempotency_key:
-            ident = (new.tenant, new.idempotency_key)
-            known = keys.get(ident) or self._store.find_key(*ident)
-            if known is not None:
-                metrics.DUPLICATES.inc()
-                return Appended(known[0], known[1], duplicate=True), seq, head
-        seq += 1
-        sealed, key_id = b"", 0
-        if prepared.private is not None:
-            key_id, sealed = self._keys.seal(
-                new.tenant, new.user, prepared.private, private_aad(new.tenant, new.user, seq)
-            )
-        when = self._clock()
-        body, memory_ids = prepared.body, tuple(new.memory_ids)
-        digest = link(head, seq, when, key_id, new, memory_ids, body, sealed)
-        entry = Entry(
-            seq=seq,
-            time_us=when,
-            tenant=new.tenant,
-            actor=new.actor,
-            event_type=new.event_type,
-            user=new.user,
-            session=new.session,
-            memory_ids=memory_ids,
-            body=body,
-            sealed=sealed,
-            key_id=key_id,
-            idempotency_key=new.idempotency_key,
-            prev_hash=head,
-            hash=digest,
-        )
-        pending.append(entry)
-        if new.idempotency_key:
-            keys[(new.tenant, new.idempotency_key)] = (seq, entry.hash)
-        return Appended(seq, entry.hash), seq, entry.hash
-
-    def _sign_checkpoint(self) -> None:
-        """Sign the committed head into the witness (writer thread, or before start)."""
-        if self._seq == 0 or (self._checkpoint and self._checkpoint.size == self._seq):
+    def _finish(self, outcome: _Outcome) -> None:
+        """Append a checkpoint the batch signed to the witness file (writer thread)."""
+        checkpoint = outcome.publish
+        if checkpoint is None:
             return
-        when = self._clock()
-        signature = self._signer.sign(checkpoints.message(self._seq, self._hash, when))
-        checkpoint = Checkpoint(self._seq, self._hash, when, self._key_id, signature)
-        self._witness.append(checkpoint)
-        self._checkpoint = checkpoint
-        metrics.checkpoint_signed(checkpoint.size, when)
+        try:
+            self._witness.append(checkpoint)
+        except OSError:
+            # The entries are committed; the next checkpoint covers them.
+            log.exception("audit: witness not written; checkpoint %d lost", checkpoint.size)
+            return
+        self._signed(checkpoint)
+
+    def _signed(self, checkpoint: Checkpoint) -> None:
+        if self._checkpoint is None or checkpoint.size >= self._checkpoint.size:
+            self._checkpoint = checkpoint
+            metrics.checkpoint_signed(checkpoint.size, checkpoint.time_us)
+
+    def _advance(self, seq: int, digest: bytes) -> None:
+        """Move the known head forward (event loop thread; never backwards: a late word
+        of an older head is ignored)."""
+        if seq > self._seq:
+            self._seq, self._hash = seq, digest
+            metrics.CHAIN_LENGTH.set(seq)
 
     async def _checkpoint_timer(self) -> None:
+        """Ask for a checkpoint one interval after the latest: under the append lock the
+        batch signs only if entries are unsigned and no replica signed meanwhile."""
         interval = self._config.checkpoint_interval_seconds
+        delay = interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(delay)
+            delay = interval
             covered = self._checkpoint.size if self._checkpoint else 0
-            if self._writable and self._seq > covered and not self._closing.is_set():
-                with contextlib.suppress(HippoError):
-                    await self._submit(_Request("checkpoint", self._future()))
+            if not self._writable or self._closing.is_set():
+                continue
+            if not self._store.shared and self._seq <= covered:
+                continue  # nothing new, and nobody else appends
+            request = _Request("checkpoint", self._future(), min_age_us=int(interval * 1e6))
+            try:
+                signing = await self._submit(request)
+            except HippoError:
+                continue
+            if isinstance(signing, Signing) and signing.unsigned:
+                # Another replica signed lately: look again one interval after it did.
+                due = (signing.latest_us - self._clock()) / 1e6 + interval
+                delay = min(interval, max(0.05, due))
 
     async def _wal_timer(self) -> None:
         while True:
@@ -385,6 +402,27 @@ class AuditLog:
             if self._dirty:
                 self._dirty = False
                 await asyncio.to_thread(self._store.checkpoint)
+
+    async def _watch(self) -> None:
+        """Cluster mode: learn of other replicas' appends (followers wake, the head
+        this process reports moves on)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(
+                    self._watcher, self._store.wait_for_append, WATCH_SECONDS
+                )
+                seq, digest = await loop.run_in_executor(self._watcher, self._store.head)
+            except HippoError:  # the database is away: followers wait until it is back
+                await asyncio.sleep(WATCH_SECONDS)
+                continue
+            except Exception:
+                log.exception("audit: watching for other replicas' appends failed")
+                await asyncio.sleep(WATCH_SECONDS)
+                continue
+            if seq > self._seq:
+                self._advance(seq, digest)
+                self._notify()
 
     def _notify(self) -> None:
         # Followers wait on the event they saw before reading; setting it and putting a
@@ -395,6 +433,8 @@ class AuditLog:
     # -- reads ---------------------------------------------------------------------------
 
     def head(self) -> Head:
+        """The head as this process last saw it (exact with one writer; in cluster mode
+        at most a moment behind: see `current_head`)."""
         return Head(
             self._seq,
             self._hash,
@@ -403,6 +443,23 @@ class AuditLog:
             self._key_id,
             self._writable,
             self._problem,
+        )
+
+    async def current_head(self) -> Head:
+        """The head as stored now: other replicas may have appended and signed since
+        this process last heard."""
+        if self._store.shared:
+            seq, digest = await asyncio.to_thread(self._store.head)
+            self._advance(seq, digest)
+            latest = await asyncio.to_thread(self._witness.latest)
+            if latest is not None and self._valid(latest):
+                self._signed(latest)
+        return self.head()
+
+    def _valid(self, checkpoint: Checkpoint) -> bool:
+        message = checkpoints.message(checkpoint.size, checkpoint.hash, checkpoint.time_us)
+        return checkpoint.key_id == self._key_id and self._signer.verify(
+            message, checkpoint.signature
         )
 
     async def read(
@@ -416,23 +473,40 @@ class AuditLog:
         rows = self._store.read(where, after_seq, to_seq or _END, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        entries = [self._reveal(e, include_private) for e in rows]
-        return Page(entries, rows[-1].seq if more else 0)
+        return Page(self._reveal(rows, include_private), rows[-1].seq if more else 0)
 
-    def _reveal(self, entry: Entry, include_private: bool) -> ReadEntry:
-        if not entry.sealed:
-            return ReadEntry(entry, PrivateState.NONE)
-        if not include_private:
-            return ReadEntry(entry, PrivateState.SEALED)
-        aad = private_aad(entry.tenant, entry.user, entry.seq)
-        try:
-            plain = self._keys.open(entry.tenant, entry.user, entry.key_id, entry.sealed, aad)
-        except ValueError:
-            log.warning("audit: the private body of entry %d does not authenticate", entry.seq)
-            return ReadEntry(entry, PrivateState.SEALED)
-        if plain is None:
-            return ReadEntry(entry, PrivateState.ERASED)
-        return ReadEntry(entry, PrivateState.READABLE, json.loads(plain))
+    def _reveal(self, rows: list[Entry], include_private: bool) -> list[ReadEntry]:
+        """Each entry with its private body's state; the sealed ones of the page opened
+        with one key-ring call."""
+        sealed = [e for e in rows if e.sealed] if include_private else []
+        opened = (
+            self._keys.open(
+                [
+                    ToOpen(
+                        e.tenant, e.user, e.key_id, e.sealed, private_aad(e.tenant, e.user, e.seq)
+                    )
+                    for e in sealed
+                ]
+            )
+            if sealed
+            else []
+        )
+        by_seq = {e.seq: o for e, o in zip(sealed, opened, strict=True)}
+        out = []
+        for entry in rows:
+            found = by_seq.get(entry.seq)
+            if not entry.sealed:
+                out.append(ReadEntry(entry, PrivateState.NONE))
+            elif found is None:
+                out.append(ReadEntry(entry, PrivateState.SEALED))
+            elif not found.authentic:
+                log.warning("audit: the private body of entry %d does not authenticate", entry.seq)
+                out.append(ReadEntry(entry, PrivateState.SEALED))
+            elif found.plaintext is None:
+                out.append(ReadEntry(entry, PrivateState.ERASED))
+            else:
+                out.append(ReadEntry(entry, PrivateState.READABLE, json.loads(found.plaintext)))
+        return out
 
     async def follow(
         self, where: Filter, after_seq: int, include_private: bool
@@ -470,6 +544,9 @@ class AuditLog:
 
     def verify_now(self, from_seq: int = 0, to_seq: int = 0, chain_only: bool = False) -> Verdict:
         """Check the stored log (as it is on disk now) over [from_seq, to_seq] (blocking)."""
+        # The witness before the head, as at open: a checkpoint another replica commits
+        # meanwhile must not look like a cut.
+        lines = [] if chain_only else self._witness.read()
         head_seq, head_hash = self._store.head()
         lo = max(from_seq, 1)
         hi = head_seq if to_seq == 0 else min(to_seq, head_seq)
@@ -489,7 +566,7 @@ class AuditLog:
                     problems.append(Problem(missing, f"entry missing: entry {missing} is absent"))
         cps_checked, latest = 0, None
         if not chain_only:
-            found, cps_checked, latest = self._check_witness(self._witness.read(), head_seq, lo, hi)
+            found, cps_checked, latest = self._check_witness(lines, head_seq, lo, hi)
             problems.extend(found)
         first = min(problems, key=_order) if problems else None
         return Verdict(

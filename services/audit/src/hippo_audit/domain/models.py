@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 Json = Mapping[str, Any]
 
@@ -131,3 +131,51 @@ class Verdict:
 class Erased:
     keys_destroyed: int
     seq: int
+
+
+@dataclass(frozen=True)
+class Tip:
+    """The log's head as a store hands it to the domain under its append lock: nobody
+    else can append until the batch built on it commits or fails.
+
+    `checkpoint_size` and `checkpoint_us` describe the latest checkpoint when the store
+    keeps checkpoints in the same transactions as entries (PostgreSQL: one replica
+    signs each); None when they live apart, in a witness file the one writer keeps."""
+
+    seq: int
+    hash: bytes
+    checkpoint_size: int | None = None
+    checkpoint_us: int = 0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one group commit stores: entries (in seq order, linked from the tip) and,
+    when the batch was chosen to sign one, the checkpoint of the head after it."""
+
+    entries: Sequence[Entry] = ()
+    checkpoint: Checkpoint | None = None
+
+
+# The key ring's items are tuples: a page of reads makes one per sealed entry.
+class ToSeal(NamedTuple):
+    tenant: str
+    user: str
+    plaintext: bytes
+    aad: bytes
+
+
+class ToOpen(NamedTuple):
+    tenant: str
+    user: str
+    key_id: int
+    sealed: bytes
+    aad: bytes
+
+
+class Opened(NamedTuple):
+    """A private body opened: its plaintext, or None when the key was destroyed;
+    `authentic` False when the ciphertext (or its associated data) was altered."""
+
+    plaintext: bytes | None
+    authentic: bool = True
