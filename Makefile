@@ -81,6 +81,9 @@ test: $(STAMP) proto-check model $(PROMETHEUS) $(POSTGRES) ## Install what is ne
 run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it)
 	HF_HUB_OFFLINE=1 $(BIN)/hippo up
 
+run-cluster: $(STAMP) proto-check model $(POSTGRES) ## Cluster mode locally: PostgreSQL + two replicas of every service (Ctrl-C stops it)
+	HF_HUB_OFFLINE=1 $(BIN)/hippo up --cluster
+
 bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding_parity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py --threads 1,2
@@ -96,4 +99,4 @@ deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, 
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run bench deploy-check clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check clean

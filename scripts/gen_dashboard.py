@@ -402,16 +402,18 @@ def audit(d: Layout) -> None:
     )
     d.panel(
         "Not yet in the log",
-        "Events waiting for the audit service: the gateway's spool and the summariser's "
-        "outbox (both grow while it is unreachable), and events refused for good (a bug).",
+        "Events waiting for the audit service in the outboxes (the gateway's spool, the "
+        "summariser's merge events; both grow while it is unreachable), and events refused "
+        "for good (a bug).",
         "short",
-        ("sum (hippo_gateway_audit_spool_depth)", "gateway spool"),
-        ("sum (hippo_summariser_audit_outbox)", "summariser outbox"),
-        (
-            "sum (hippo_gateway_audit_dead_letters_total)"
-            " + sum (hippo_summariser_audit_outbox_dead)",
-            "refused",
-        ),
+        ("sum by (outbox) (hippo_outbox_depth)", "{{outbox}} waiting"),
+        ("sum by (outbox) (hippo_outbox_dead)", "{{outbox}} refused"),
+    )
+    d.panel(
+        "Oldest undelivered audit event",
+        "Age of the oldest event waiting in each outbox: how far delivery is behind.",
+        "s",
+        ("max by (outbox) (hippo_outbox_oldest_seconds)", "{{outbox}}"),
     )
 
 

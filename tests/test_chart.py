@@ -36,8 +36,10 @@ NAMESPACE = "hippo"
 # The oldest Kubernetes the chart targets (gRPC probes are GA since 1.27; 1.30 is the
 # oldest minor upstream still patched when this was written) and the newest schema known.
 KUBE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
-STATEFUL = {"retrieval", "summariser", "injection", "audit"}
+STATEFUL = {"retrieval", "summariser", "injection", "audit"}  # in the embedded mode
 SCALED = {"gateway", "embedding"}
+CLUSTER = {name for name in VALUE_SETS if name.startswith("cluster")}  # database.enabled
+EMBEDDED = sorted(VALUE_SETS.keys() - CLUSTER)
 SPEC = {s.name: s for s in SERVICES}
 WORKLOADS = ("Deployment", "StatefulSet")
 Doc = dict[str, Any]
@@ -180,6 +182,86 @@ def test_api_keys_are_required() -> None:
     assert not find(docs, "Secret", f"{RELEASE}-hippo-gateway-secret")
 
 
+# ---- cluster mode ---------------------------------------------------------------------
+
+
+def test_cluster_mode_lifts_the_one_replica_caps() -> None:
+    """Embedded mode refuses a second replica of a stateful service (it would be a second,
+    separate store); cluster mode (state in PostgreSQL) takes any number."""
+    with helm.Chart.load(CHART) as chart:
+        for name in STATEFUL:
+            with pytest.raises(helm.HelmError, match=f"/{name}/replicas"):
+                chart.validate_schema(merged("default", {name: {"replicas": 2}}))
+            chart.validate_schema(merged("cluster", {name: {"replicas": 3}}))
+
+
+def test_cluster_mode_needs_a_database_url() -> None:
+    with pytest.raises(helm.HelmError, match="database.enabled needs database.existingSecret"):
+        render(merged("default", {"database": {"enabled": True}}))
+
+
+def test_cluster_mode_workloads() -> None:
+    """Retrieval and injection keep projections (and the model) on volumes of their own:
+    StatefulSets, started in parallel. The summariser and audit hold nothing locally:
+    Deployments, no claims, no witness volume (checkpoints are in PostgreSQL). Every
+    service has a PodDisruptionBudget; the Deployments an HPA when asked."""
+    docs = rendered("cluster")
+    values = values_of("cluster")
+    for name in ("retrieval", "injection"):
+        sts = workload(docs, name)
+        assert sts["kind"] == "StatefulSet"
+        assert sts["spec"]["replicas"] == values[name]["replicas"] == 2
+        assert sts["spec"]["podManagementPolicy"] == "Parallel"
+        assert {c["metadata"]["name"] for c in sts["spec"]["volumeClaimTemplates"]} == {"data"}
+    for name in ("summariser", "audit"):
+        dep = workload(docs, name)
+        assert dep["kind"] == "Deployment" and "volumeClaimTemplates" not in dep["spec"]
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        assert "emptyDir" in volumes["data"] and "witness" not in volumes
+        one(docs, "HorizontalPodAutoscaler", dep["metadata"]["name"])
+    assert "HIPPO_AUDIT_WITNESS_PATH" not in config(docs, "audit")
+    for name in SPEC:
+        pdb = one(docs, "PodDisruptionBudget", f"{RELEASE}-hippo-{name}")
+        assert pdb["spec"]["maxUnavailable"] == 1
+        one(docs, "Service", f"{RELEASE}-hippo-{name}-headless")
+
+
+def test_cluster_mode_database_url_comes_from_a_secret() -> None:
+    """Every service with a state of record gets HIPPO_<SVC>_DATABASE__URL from the
+    Secret (CloudNativePG's app Secret, key `uri`), never through the ConfigMap; the
+    embedding service has no state and no URL."""
+    docs = rendered("cluster")
+    for name, spec in SPEC.items():
+        (c,) = workload(docs, name)["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in c.get("env", [])}
+        url = f"HIPPO_{name.upper()}_DATABASE__URL"
+        if name == "embedding":
+            assert url not in env
+            continue
+        assert env[url]["valueFrom"]["secretKeyRef"] == {"name": "hippo-pg-app", "key": "uri"}
+        assert "database" in spec.settings_type().model_fields, name
+        assert not any("DATABASE" in k for k in config(docs, name))
+    # The URL given as a value goes into a Secret the chart makes.
+    url = "postgresql://hippo:s3cret@pg.db:5432/hippo"
+    docs2 = render(merged("default", {"database": {"enabled": True, "url": url}}))
+    secret = one(docs2, "Secret", f"{RELEASE}-hippo-database")
+    assert secret["stringData"] == {"url": url}
+    (c,) = workload(docs2, "gateway")["spec"]["template"]["spec"]["containers"]
+    ref = next(e for e in c["env"] if e["name"] == "HIPPO_GATEWAY_DATABASE__URL")
+    assert ref["valueFrom"]["secretKeyRef"] == {"name": f"{RELEASE}-hippo-database", "key": "url"}
+    assert "s3cret" not in json.dumps([d for d in docs2 if d["kind"] != "Secret"])
+
+
+def test_cluster_mode_replicas_share_one_audit_signing_key() -> None:
+    """Replicas verify each other's checkpoints: one key, made by the chart (kept on
+    upgrade through lookup) when none is given, never one per pod."""
+    docs = rendered("cluster")
+    secret = one(docs, "Secret", f"{RELEASE}-hippo-audit-secret")["stringData"]
+    assert len(secret["HIPPO_AUDIT_SIGNING_KEY"]) == 44
+    embedded = rendered("default")
+    assert not find(embedded, "Secret", f"{RELEASE}-hippo-audit-secret")
+
+
 # ---- every manifest is a valid Kubernetes object ---------------------------------------
 
 
@@ -200,7 +282,7 @@ def test_manifests_validate(value_set: str, kube: str) -> None:
 # ---- workloads ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+@pytest.mark.parametrize("value_set", EMBEDDED)
 def test_stateful_services_are_statefulsets_with_volumes(value_set: str) -> None:
     docs = rendered(value_set)
     for name in STATEFUL:
@@ -352,7 +434,10 @@ def test_settings_are_real_fields_and_peers_resolve(value_set: str) -> None:
             assert key.startswith(prefix), key
             assert key.removeprefix(prefix) in fields, key
             if key.endswith("_ADDR"):
-                host, _, port = value.partition(":")
+                # Peers resolve the headless Service: every ready pod, balanced round robin.
+                assert value.startswith("dns:///"), f"{key}={value}"
+                host, _, port = value.removeprefix("dns:///").partition(":")
+                assert host.endswith("-headless"), f"{key}={value}"
                 assert (host, int(port)) in ports, f"{key}={value}"
             if key.endswith("_URL") and value.startswith(f"http://{RELEASE}-hippo-"):
                 host, _, port = value.removeprefix("http://").partition(":")
@@ -428,7 +513,7 @@ def test_external_tgi() -> None:
     assert config(docs, "gateway")["HIPPO_GATEWAY_LLM_URL"] == "http://tgi.llm.svc:80"
     # Token counts still come from the injection service's gRPC API.
     assert config(docs, "summariser")["HIPPO_SUMMARISER_INJECTION_ADDR"] == (
-        f"{RELEASE}-hippo-injection:50055"
+        f"dns:///{RELEASE}-hippo-injection-headless:50055"
     )
 
 

@@ -44,7 +44,7 @@ def _hippo(
 
 def test_banner_shows_endpoints_and_a_first_example(cluster: LocalCluster) -> None:
     for name, addr in cluster.addrs.items():
-        assert f"{name:<11} grpc {addr}" in cluster.banner
+        assert f"{name:<13} grpc {addr}" in cluster.banner
     assert "hippo remember" in cluster.banner and "MemoryServiceStub" in cluster.banner
     assert f"grpc.insecure_channel('{cluster.gateway}')" in cluster.banner
 
@@ -54,7 +54,7 @@ def test_hippo_health_reports_every_service_serving(cluster: LocalCluster) -> No
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert set(report) == {spec.name for spec in SERVICES}
-    assert all(row["status"] == "SERVING" for row in report.values())
+    assert all(len(rows) == 1 and rows[0]["status"] == "SERVING" for rows in report.values())
 
 
 def test_hippo_embed_prints_vectors_and_similarity(cluster: LocalCluster) -> None:

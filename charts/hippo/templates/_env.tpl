@@ -42,13 +42,14 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- $_ := set $env "DEVICE" "cuda" }}
 {{- end }}
 {{- else if eq $name "audit" }}
-{{- if $svc.witness.enabled }}
+{{- /* Cluster mode: checkpoints live in PostgreSQL beside the log (docs/audit.md). */}}
+{{- if and $svc.witness.enabled (include "hippo.stateful" (dict "root" $root "name" "audit")) }}
 {{- $_ := set $env "WITNESS_PATH" "/witness/witness.log" }}
 {{- end }}
 {{- end }}
 {{- /* Values the probes, Services, volumes and grace periods are rendered from: set
        through the block's own keys, or the pod and its manifests would disagree. */}}
-{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" }}
+{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" "DATABASE__URL" "DATABASE__POOL_MAX_SIZE" }}
 {{- range $k, $v := $svc.env }}
 {{- if has (upper $k) $owned }}
 {{- fail (printf "%s.env.%s: the chart sets HIPPO_%s_%s from the %s block's own values (ports, graceSeconds, secrets); set it there" $name $k (upper $name) (upper $k) $name) }}
@@ -87,8 +88,22 @@ HIPPO_GATEWAY_API_KEYS: {{ toJson $svc.apiKeys | quote }}
 HIPPO_GATEWAY_AUDIT_FINGERPRINT_KEY: {{ $key | quote }}
 {{- end }}
 {{- else if eq .name "audit" }}
-{{- if and (not $svc.existingSecret) $svc.signingKey }}
-HIPPO_AUDIT_SIGNING_KEY: {{ $svc.signingKey | quote }}
+{{- if not $svc.existingSecret }}
+{{- $key := $svc.signingKey }}
+{{- if and (not $key) (include "hippo.cluster" $root) }}
+{{- /* Cluster mode: every replica signs checkpoints with one key, so the chart makes it
+       (kept on upgrade, as the gateway's fingerprint key) instead of each pod. */}}
+{{- $name := printf "%s-secret" (include "hippo.componentName" .) }}
+{{- $old := lookup "v1" "Secret" $root.Release.Namespace $name }}
+{{- if and $old $old.data (hasKey $old.data "HIPPO_AUDIT_SIGNING_KEY") }}
+{{- $key = index $old.data "HIPPO_AUDIT_SIGNING_KEY" | b64dec }}
+{{- else }}
+{{- $key = randBytes 32 }}
+{{- end }}
+{{- end }}
+{{- if $key }}
+HIPPO_AUDIT_SIGNING_KEY: {{ $key | quote }}
+{{- end }}
 {{- end }}
 {{- else if eq .name "retrieval" }}
 {{- if and (not $root.Values.externalQdrant.existingSecret) $root.Values.externalQdrant.apiKey }}

@@ -54,22 +54,73 @@ app.kubernetes.io/component: {{ .name }}
 
 {{/*
 What the chart knows about each service and users do not configure: the readiness key
-(its proto service name), whether it owns state (StatefulSet + PVC) or scales out
-(Deployment + HPA), and its settings' environment prefix.
+(its proto service name), whether it owns state in the embedded mode (StatefulSet + PVC)
+or scales out (Deployment + HPA), whether it keeps local projections in cluster mode too
+(see hippo.stateful), and its settings' environment prefix.
 */}}
 {{- define "hippo.catalog" -}}
-gateway: {health: hippo.memory.v1.MemoryService, stateful: false, prefix: HIPPO_GATEWAY_}
-embedding: {health: hippo.embedding.v1.EmbeddingService, stateful: false, prefix: HIPPO_EMBEDDING_}
-retrieval: {health: hippo.retrieval.v1.RetrievalService, stateful: true, prefix: HIPPO_RETRIEVAL_}
-summariser: {health: hippo.summariser.v1.SummariserService, stateful: true, prefix: HIPPO_SUMMARISER_}
-injection: {health: hippo.injection.v1.InjectionService, stateful: true, prefix: HIPPO_INJECTION_}
-audit: {health: hippo.audit.v1.AuditService, stateful: true, prefix: HIPPO_AUDIT_}
+gateway: {health: hippo.memory.v1.MemoryService, stateful: false, projections: false, prefix: HIPPO_GATEWAY_}
+embedding: {health: hippo.embedding.v1.EmbeddingService, stateful: false, projections: false, prefix: HIPPO_EMBEDDING_}
+retrieval: {health: hippo.retrieval.v1.RetrievalService, stateful: true, projections: true, prefix: HIPPO_RETRIEVAL_}
+summariser: {health: hippo.summariser.v1.SummariserService, stateful: true, projections: false, prefix: HIPPO_SUMMARISER_}
+injection: {health: hippo.injection.v1.InjectionService, stateful: true, projections: true, prefix: HIPPO_INJECTION_}
+audit: {health: hippo.audit.v1.AuditService, stateful: true, projections: false, prefix: HIPPO_AUDIT_}
 {{- end }}
 
-{{/* host:port where a peer's gRPC API answers inside the cluster: dict "root" $ "name" "embedding". */}}
+{{/*
+Where peers reach a service's gRPC API: its headless Service through gRPC's DNS resolver,
+which returns every ready pod's address, so the caller's channel balances round robin
+over all replicas (a ClusterIP would pin each long-lived HTTP/2 connection to one pod).
+dict "root" $ "name" "embedding".
+*/}}
 {{- define "hippo.addr" -}}
 {{- $svc := index .root.Values .name -}}
+{{- printf "dns:///%s-headless:%v" (include "hippo.componentName" .) $svc.port }}
+{{- end }}
+
+{{/* host:port of a service's ClusterIP Service (for callers outside the release). */}}
+{{- define "hippo.serviceAddr" -}}
+{{- $svc := index .root.Values .name -}}
 {{- printf "%s:%v" (include "hippo.componentName" .) $svc.port }}
+{{- end }}
+
+{{/* "true" in cluster mode (database.enabled: the state of record in PostgreSQL). */}}
+{{- define "hippo.cluster" -}}
+{{- if .Values.database.enabled }}
+{{- if not (or .Values.database.existingSecret .Values.database.url) }}
+{{- fail "database.enabled needs database.existingSecret (a Secret holding the PostgreSQL URL) or database.url" }}
+{{- end }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when a service keeps state on a volume of its own (a StatefulSet with a PVC):
+retrieval (its search projections) and injection (the converted model, the memtok key
+projection) always; the summariser and audit only in the embedded mode, where their
+SQLite files are the state of record. In cluster mode those two hold nothing locally and
+run as Deployments. dict "root" $ "name" "audit".
+*/}}
+{{- define "hippo.stateful" -}}
+{{- $info := index (fromYaml (include "hippo.catalog" .root)) .name -}}
+{{- if and $info.stateful (or $info.projections (not (include "hippo.cluster" .root))) }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/* Does a service keep its state of record in PostgreSQL in cluster mode? */}}
+{{- define "hippo.usesDatabase" -}}
+{{- if and (include "hippo.cluster" .root) (ne .name "embedding") }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the Secret holding the PostgreSQL URL, and its key. */}}
+{{- define "hippo.databaseSecret" -}}
+{{- default (printf "%s-database" (include "hippo.fullname" .)) .Values.database.existingSecret }}
+{{- end }}
+{{- define "hippo.databaseSecretKey" -}}
+{{- ternary .Values.database.existingSecretKey "url" (not (empty .Values.database.existingSecret)) }}
 {{- end }}
 
 {{/* The injection service's TGI-compatible HTTP API. */}}

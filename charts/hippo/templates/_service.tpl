@@ -1,6 +1,8 @@
 {{/*
-One gRPC service: its ConfigMap, Secret, Service(s), workload (a StatefulSet with PVCs when
-it owns state, else a Deployment with an HPA) and opt-in PodDisruptionBudget.
+One gRPC service: its ConfigMap, Secret, Services (a ClusterIP one, and a headless one whose
+DNS name resolves to every ready pod: what peers' round-robin channels use), workload (a
+StatefulSet with PVCs when it keeps state on a volume, else a Deployment with an HPA) and
+PodDisruptionBudget (opt-in; on in cluster mode, where every service has replicas).
 Called by <service>.yaml as: include "hippo.grpcService" (dict "root" $ "name" "gateway").
 */}}
 {{- define "hippo.grpcService" -}}
@@ -9,6 +11,8 @@ Called by <service>.yaml as: include "hippo.grpcService" (dict "root" $ "name" "
 {{- $svc := index $root.Values $name -}}
 {{- $info := index (fromYaml (include "hippo.catalog" $root)) $name -}}
 {{- $fullname := include "hippo.componentName" . -}}
+{{- $stateful := include "hippo.stateful" . -}}
+{{- $cluster := include "hippo.cluster" $root -}}
 {{- $stop := include "hippo.stopSeconds" . | int -}}
 {{- if le (int $svc.terminationGracePeriodSeconds) $stop }}
 {{- fail (printf "%s.terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + graceSeconds%s (%d): the kubelet would kill calls still in their grace" $name $svc.terminationGracePeriodSeconds (ternary " + drainSeconds" "" (hasKey $svc "drainSeconds")) $stop) }}
@@ -50,9 +54,9 @@ spec:
     {{- include "hippo.componentSelectorLabels" . | nindent 4 }}
   ports:
     {{- include "hippo.servicePorts" . | nindent 4 }}
-{{- if $info.stateful }}
 ---
-# Headless: the StatefulSet's stable per-pod DNS names (<pod>.<this>).
+# Headless: resolves to every ready pod (peers balance over them: hippo.addr); for a
+# StatefulSet also its stable per-pod names (<pod>.<this>).
 apiVersion: v1
 kind: Service
 metadata:
@@ -68,20 +72,24 @@ spec:
     {{- include "hippo.componentSelectorLabels" . | nindent 4 }}
   ports:
     {{- include "hippo.servicePorts" . | nindent 4 }}
-{{- end }}
 ---
 apiVersion: apps/v1
-kind: {{ ternary "StatefulSet" "Deployment" $info.stateful }}
+kind: {{ ternary "StatefulSet" "Deployment" (not (empty $stateful)) }}
 metadata:
   name: {{ $fullname }}
   labels:
     {{- include "hippo.componentLabels" . | nindent 4 }}
 spec:
-  {{- if not (and (not $info.stateful) $svc.autoscaling.enabled) }}
+  {{- if not (and (not $stateful) $svc.autoscaling.enabled) }}
   replicas: {{ $svc.replicas }}
   {{- end }}
-  {{- if $info.stateful }}
+  {{- if $stateful }}
   serviceName: {{ $fullname }}-headless
+  {{- if $cluster }}
+  # Replicas are interchangeable (state of record in PostgreSQL): start and stop them
+  # side by side, not one after another.
+  podManagementPolicy: Parallel
+  {{- end }}
   {{- end }}
   selector:
     matchLabels:
@@ -120,6 +128,17 @@ spec:
             - secretRef:
                 name: {{ $secretName }}
             {{- end }}
+          {{- if include "hippo.usesDatabase" . }}
+          env:
+            # Cluster mode: the state of record. A secret: never in the ConfigMap.
+            - name: {{ $info.prefix }}DATABASE__URL
+              valueFrom:
+                secretKeyRef:
+                  name: {{ include "hippo.databaseSecret" $root }}
+                  key: {{ include "hippo.databaseSecretKey" $root }}
+            - name: {{ $info.prefix }}DATABASE__POOL_MAX_SIZE
+              value: {{ $root.Values.database.poolMaxSize | quote }}
+          {{- end }}
           ports:
             - name: grpc
               containerPort: {{ $svc.port }}
@@ -185,7 +204,7 @@ spec:
             - name: data
               mountPath: /data
             {{- end }}
-            {{- if and (eq $name "audit") $svc.witness.enabled }}
+            {{- if and (eq $name "audit") $svc.witness.enabled $stateful }}
             - name: witness
               mountPath: /witness
             {{- end }}
@@ -194,10 +213,13 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 1Gi
-        {{- if eq $name "gateway" }}
+        {{- if or (eq $name "gateway") (and $info.stateful (not $stateful)) }}
+        # Nothing durable here: the gateway's spool (embedded mode; in cluster mode it is
+        # an outbox table in PostgreSQL) or, in cluster mode, scratch space of a service
+        # whose state of record moved to PostgreSQL.
         - name: data
           emptyDir:
-            sizeLimit: {{ $svc.spoolVolume.sizeLimit }}
+            sizeLimit: {{ if eq $name "gateway" }}{{ $svc.spoolVolume.sizeLimit }}{{ else }}1Gi{{ end }}
         {{- end }}
       {{- with $svc.nodeSelector }}
       nodeSelector:
@@ -211,14 +233,14 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-  {{- if $info.stateful }}
+  {{- if $stateful }}
   volumeClaimTemplates:
     {{- include "hippo.pvc" (dict "root" . "claim" "data" "labels" (include "hippo.componentSelectorLabels" .) "size" $svc.persistence.size "storageClass" $svc.persistence.storageClass "accessModes" $svc.persistence.accessModes) | nindent 4 }}
     {{- if and (eq $name "audit") $svc.witness.enabled }}
     {{- include "hippo.pvc" (dict "root" . "claim" "witness" "labels" (include "hippo.componentSelectorLabels" .) "size" $svc.witness.size "storageClass" $svc.witness.storageClass "accessModes" (list "ReadWriteOnce")) | nindent 4 }}
     {{- end }}
   {{- end }}
-{{- if and (not $info.stateful) $svc.autoscaling.enabled }}
+{{- if and (not $stateful) $svc.autoscaling.enabled }}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
@@ -241,8 +263,10 @@ spec:
           type: Utilization
           averageUtilization: {{ $svc.autoscaling.targetCPUUtilizationPercentage }}
 {{- end }}
-{{- if $root.Values.podDisruptionBudget.enabled }}
+{{- if or $root.Values.podDisruptionBudget.enabled $cluster }}
 ---
+# At most maxUnavailable pods of this service down at once for voluntary disruptions
+# (node drains, upgrades): with two or more replicas the service stays up throughout.
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:

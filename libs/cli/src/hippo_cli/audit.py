@@ -7,6 +7,7 @@ sees only the tenant of the CLI's API key, as any caller would.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import sys
@@ -79,7 +80,15 @@ def verify(
             "head_hash": reply.head_hash,
             "checkpoints_checked": reply.checkpoints_checked,
             "latest_checkpoint": (
-                {"size": cp.size, "hash": cp.hash, "time_us": cp.time_us, "key_id": cp.key_id}
+                {
+                    "size": cp.size,
+                    "hash": cp.hash,
+                    "time_us": cp.time_us,
+                    "key_id": cp.key_id,
+                    # Self-contained evidence: with the public key, anyone can check it
+                    # later, off the cluster (docs/audit.md: export checkpoints).
+                    "signature": base64.b64encode(cp.signature).decode(),
+                }
                 if reply.HasField("latest_checkpoint")
                 else None
             ),

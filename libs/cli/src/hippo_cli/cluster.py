@@ -1,5 +1,8 @@
-"""A private local cluster for tests and benchmarks: `hippo up` on free ports in its own
-data dir, stopped (gracefully) on exit. Not used by the services themselves."""
+"""A private local cluster for tests and benchmarks: `hippo up` on reserved ports in its
+own data dir, stopped (gracefully) on exit. Not used by the services themselves.
+
+`cluster=True` starts cluster mode (PostgreSQL + `replicas` processes per service), as
+`make run-cluster` does."""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hippo_cli import endpoints
 from hippo_cli.registry import SERVICES
 from hippo_core.listen import reserve_port
 
@@ -22,37 +27,48 @@ BANNER_END = "Ctrl-C stops everything"
 @dataclass
 class LocalCluster:
     env: dict[str, str]  # the environment `hippo` commands need to reach this cluster
-    addrs: dict[str, str]  # service name -> host:port
-    metrics: dict[str, str]  # service name -> /metrics URL
+    addrs: dict[str, str]  # service name -> gRPC target (every replica: ipv4:a,b)
+    metrics: dict[str, str]  # service (embedded) or replica name (cluster) -> /metrics URL
     banner: str
+    data_dir: Path
+    replicas: dict[str, list[endpoints.Endpoint]] = field(default_factory=dict)
     shutdown: list[str] = field(default_factory=list)  # what `hippo up` printed when stopping
+    launcher: subprocess.Popen[str] | None = None
 
     @property
     def gateway(self) -> str:
         return self.addrs["gateway"]
 
+    def refresh(self) -> None:
+        """Re-read where the replicas are (pids change when the launcher restarts one)."""
+        self.replicas = endpoints.read(self.data_dir)
+
 
 @contextmanager
 def local_cluster(
-    data_dir: Path, extra_env: Mapping[str, str] | None = None, timeout: float = 600
+    data_dir: Path,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    *,
+    cluster: bool = False,
+    replicas: int = 2,
 ) -> Iterator[LocalCluster]:
     env = dict(os.environ)
-    addrs, metrics = {}, {}
-    for spec in SERVICES:
-        # Every port a service listens on (gRPC, metrics, and e.g. injection's HTTP API):
-        # two clusters, or a cluster beside `make run`, must never collide.
-        fields = spec.settings_type().model_fields
-        ports = {name: reserve_port() for name in fields if name.endswith("port")}
-        for name, number in ports.items():
-            env[f"{spec.env_prefix()}{name.upper()}"] = str(number)
-        addrs[spec.name] = f"127.0.0.1:{ports['port']}"
-        env[f"HIPPO_CLI_{spec.name.upper()}_ADDR"] = addrs[spec.name]
-        metrics[spec.name] = f"http://127.0.0.1:{ports['metrics_port']}/metrics"
+    if not cluster:
+        # Embedded mode listens where each service's settings say: give every port of
+        # every service (gRPC, metrics, injection's HTTP API) a reserved one, so two
+        # clusters, or one beside `make run`, never collide. Cluster mode reserves its own.
+        for spec in SERVICES:
+            fields = spec.settings_type().model_fields
+            for name in fields:
+                if name.endswith("port"):
+                    env[f"{spec.env_prefix()}{name.upper()}"] = str(reserve_port())
     env["HIPPO_CLI_DATA_DIR"] = str(data_dir)
     env.update(extra_env or {})
     hippo = str(Path(sys.executable).parent / "hippo")
+    command = [hippo, "up", *(["--cluster", "--replicas", str(replicas)] if cluster else [])]
     launcher = subprocess.Popen(
-        [hippo, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert launcher.stdout is not None
     lines: list[str] = []
@@ -68,10 +84,23 @@ def local_cluster(
     if BANNER_END not in banner:
         launcher.kill()
         raise RuntimeError(f"the cluster did not start:\n{banner}")
-    cluster = LocalCluster(env, addrs, metrics, banner)
+    running = endpoints.read(data_dir)
+    addrs = {name: endpoints.target([e.addr for e in group]) for name, group in running.items()}
+    metrics = {
+        (e.name if cluster else e.service): e.metrics for group in running.values() for e in group
+    }
+    for name, target in addrs.items():
+        env[f"HIPPO_CLI_{name.upper()}_ADDR"] = target
+    local = LocalCluster(env, addrs, metrics, banner, data_dir, running, launcher=launcher)
+    # Keep reading what the launcher prints (restarts, then the shutdown): a full pipe
+    # would block it mid-sentence.
+    after: list[str] = []
+    reader = threading.Thread(target=lambda: after.extend(launcher.stdout or ()), daemon=True)
+    reader.start()
     try:
-        yield cluster
+        yield local
     finally:
         launcher.send_signal(signal.SIGINT)
-        rest, _ = launcher.communicate(timeout=120)
-        cluster.shutdown = rest.splitlines()
+        launcher.wait(timeout=180)
+        reader.join(10)
+        local.shutdown = [line.rstrip("\n") for line in after]

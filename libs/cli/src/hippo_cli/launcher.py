@@ -1,39 +1,106 @@
-"""`hippo up`: every service as a local process on loopback, until Ctrl-C.
+"""`hippo up`: every service as local processes on loopback, until Ctrl-C.
 
-Start order follows the registry; each service must be SERVING before the next starts
-(later services depend on earlier ones). Logs go to var/log/<service>.log as JSON lines.
-Ctrl-C or SIGTERM sends SIGTERM to every service, newest first, waits for their graceful
-stop, and kills only what outlives its grace period.
+Two shapes:
+- embedded (`make run`): one process per service, SQLite files under `var/<service>`,
+  the ports of each service's settings;
+- cluster (`make run-cluster`, `--cluster`): a throwaway PostgreSQL under
+  `var/cluster/postgres` as the state of record, and `--replicas` (2) interchangeable
+  processes of every service, each with its own data dir (`var/cluster/<svc>-<n>`) and
+  ports reserved below the ephemeral range; every peer address is the list of all
+  replicas (`ipv4:a,b`), balanced round robin by the channel.
+
+Start order follows the registry; all replicas of a service must be SERVING before the
+next service starts (later services depend on earlier ones). Logs go to
+`<data_dir>/log/<replica>.log` as JSON lines; where each replica listens goes to
+`<data_dir>/run/endpoints.json` (see endpoints.py), for the other `hippo` commands.
+
+A replica that exits is restarted, as Kubernetes would: logged, on its old ports and
+data dir, after a backoff that doubles per crash (0.5 s to 30 s) and resets once the
+replica has stayed up a minute. Ctrl-C or SIGTERM stops every replica, newest first,
+gracefully, killing only what outlives its grace period, then PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
+from hippo_cli import endpoints
 from hippo_cli.health import wait_serving
 from hippo_cli.registry import SERVICES, ServiceSpec
 from hippo_cli.settings import CliSettings
+from hippo_core.listen import reserve_ports
+from hippo_core.pgserver import PostgresServer
+
+DATABASE = "hippo"
+RESTART_MIN_S, RESTART_MAX_S, STABLE_S = 0.5, 30.0, 60.0
 
 
 @dataclass
-class Running:
+class Replica:
     spec: ServiceSpec
-    process: subprocess.Popen[bytes]
+    index: int
+    env: dict[str, str]  # the process's whole environment, kept for restarts
     addr: str
     metrics: str
+    http: str
     log: Path
     grace: float
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    crashes: int = 0  # in a row; reset once the replica stays up STABLE_S
+    restart_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.name}-{self.index}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", self.spec.module],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.started = time.monotonic()
+        self.restart_at = None
+
+    def endpoint(self) -> endpoints.Endpoint:
+        pid = self.process.pid if self.process is not None else 0
+        return endpoints.Endpoint(
+            self.spec.name, self.index, self.addr, self.metrics, pid, self.http
+        )
+
+
+@dataclass
+class Cluster:
+    """What `up` started, and the wiring later services get."""
+
+    data_dir: Path
+    cluster: bool
+    replicas: list[Replica] = field(default_factory=list)
+    wiring: dict[str, str] = field(default_factory=dict)
+    postgres: PostgresServer | None = None
+
+    def of(self, service: str) -> list[Replica]:
+        return [r for r in self.replicas if r.spec.name == service]
+
+    def save_endpoints(self) -> None:
+        endpoints.write(self.data_dir, [r.endpoint() for r in self.replicas])
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -43,92 +110,173 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _start(spec: ServiceSpec, data_dir: Path, wiring: dict[str, str]) -> Running:
-    os.environ.update(wiring)  # so spec.settings() below reads what the process will
+def _replicas(spec: ServiceSpec, count: int, up: Cluster) -> list[Replica]:
+    """The replicas of `spec`, configured (not started)."""
+    os.environ.update(up.wiring)  # so spec.settings() reads what the processes will
     settings = spec.settings()
-    host, port = settings.host, settings.port
-    metrics_port = settings.metrics_port
-    log = data_dir / "log" / f"{spec.name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **wiring, "HF_HUB_OFFLINE": "1"}
-    if hasattr(settings, "data_dir"):  # stateful services keep their files under var/<name>
-        env.setdefault(f"{spec.env_prefix()}DATA_DIR", str(data_dir / spec.name))
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", spec.module], env=env, stdout=out, stderr=subprocess.STDOUT
+    prefix = spec.env_prefix()
+    port_fields = [n for n in spec.settings_type().model_fields if n.endswith("port")]
+    out = []
+    for index in range(count):
+        env = {**os.environ, **up.wiring, "HF_HUB_OFFLINE": "1"}
+        ports = {name: int(getattr(settings, name)) for name in port_fields}
+        if up.cluster:
+            # Every replica on ports of its own, reserved for this launcher's life: a
+            # restarted replica gets the same ones back, so its peers' lists stay right.
+            ports = dict(zip(port_fields, reserve_ports(len(port_fields)), strict=True))
+            env.update({f"{prefix}{name.upper()}": str(port) for name, port in ports.items()})
+            env[f"{prefix}HOST"] = "127.0.0.1"
+        host = "127.0.0.1" if up.cluster else settings.host
+        name = f"{spec.name}-{index}" if up.cluster else spec.name
+        if hasattr(settings, "data_dir"):  # stateful services keep their files apart
+            if up.cluster:  # one data dir per replica, whatever the environment says
+                env[f"{prefix}DATA_DIR"] = str(up.data_dir / "cluster" / name)
+            else:
+                env.setdefault(f"{prefix}DATA_DIR", str(up.data_dir / name))
+        if up.cluster and up.postgres is not None and hasattr(settings, "database"):
+            env.setdefault(f"{prefix}DATABASE__URL", up.postgres.url(DATABASE))
+        http_port = ports.get("http_port")
+        out.append(
+            Replica(
+                spec,
+                index,
+                env,
+                f"{host}:{ports['port']}",
+                f"http://{host}:{ports['metrics_port']}/metrics",
+                f"http://{host}:{http_port}" if http_port else "",
+                up.data_dir / "log" / f"{name}.log",
+                float(settings.grace_seconds),
+            )
         )
-    return Running(
-        spec,
-        process,
-        f"{host}:{port}",
-        f"http://{host}:{metrics_port}/metrics",
-        log,
-        float(settings.grace_seconds),
-    )
-
-
-def _wiring(settings: CliSettings) -> dict[str, str]:
-    """What the local cluster needs that a bare service would not assume: the CLI's key,
-    accepted for tenant "local", unless the operator configured keys themselves."""
-    if "HIPPO_GATEWAY_API_KEYS" in os.environ:
-        return {}
-    return {"HIPPO_GATEWAY_API_KEYS": json.dumps({settings.api_key: "local"})}
-
-
-def _peer_addresses(started: Running) -> dict[str, str]:
-    """Tell every later service where `started` listens (`HIPPO_<SVC>_<PEER>_ADDR`), unless
-    the operator set that address explicitly."""
-    out = {}
-    settings = started.spec.settings()
-    # A service with an HTTP API next to gRPC (the LLM host's TGI API) is what later
-    # services' `llm_url` points at.
-    http_port = getattr(settings, "http_port", None)
-    for spec in SERVICES:
-        fields = spec.settings_type().model_fields
-        name = f"{spec.env_prefix()}{started.spec.name.upper()}_ADDR"
-        if f"{started.spec.name}_addr" in fields and name not in os.environ:
-            out[name] = started.addr
-        url = f"{spec.env_prefix()}LLM_URL"
-        if http_port and "llm_url" in fields and url not in os.environ:
-            out[url] = f"http://{settings.host}:{http_port}"
     return out
 
 
-def _stop(running: list[Running]) -> None:
-    for item in reversed(running):
-        if item.process.poll() is None:
-            item.process.send_signal(signal.SIGTERM)
-    for item in reversed(running):
+def _peer_wiring(group: list[Replica]) -> dict[str, str]:
+    """Tell every later service where `group` listens (`HIPPO_<SVC>_<PEER>_ADDR`: all its
+    replicas), unless the operator set that address explicitly. A service with an HTTP
+    API beside gRPC (the LLM host's TGI API) is what later services' `llm_url` points at:
+    one replica's (the TGI client takes one URL; put a load balancer in front for more)."""
+    spec = group[0].spec
+    out = {}
+    target = endpoints.target([r.addr for r in group])
+    for other in SERVICES:
+        fields = other.settings_type().model_fields
+        name = f"{other.env_prefix()}{spec.name.upper()}_ADDR"
+        if f"{spec.name}_addr" in fields and name not in os.environ:
+            out[name] = target
+        url = f"{other.env_prefix()}LLM_URL"
+        if group[0].http and "llm_url" in fields and url not in os.environ:
+            out[url] = group[0].http
+    return out
+
+
+def _cluster_secrets(up: Cluster) -> dict[str, str]:
+    """Secrets every replica of a service must share, made once per data dir: the audit
+    signing key (checkpoints are verified with one key), unless configured."""
+    if "HIPPO_AUDIT_SIGNING_KEY" in os.environ:
+        return {}
+    path = up.data_dir / "cluster" / "audit-signing.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64encode(secrets.token_bytes(32)))
+    return {"HIPPO_AUDIT_SIGNING_KEY": path.read_text().strip()}
+
+
+def _start_postgres(up: Cluster, settings: CliSettings) -> str:
+    port = settings.postgres_port or reserve_ports(1)[0]
+    server = PostgresServer(up.data_dir / "cluster" / "postgres" / "data", port)
+    server.start()
+    up.postgres = server
+    import psycopg  # cluster mode only
+
+    with psycopg.connect(server.url(), autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+        if exists.fetchone() is None:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+    return server.url(DATABASE)
+
+
+def _stop(up: Cluster) -> None:
+    for replica in reversed(up.replicas):
+        if replica.process is not None and replica.process.poll() is None:
+            replica.process.send_signal(signal.SIGTERM)
+    for replica in reversed(up.replicas):
+        if replica.process is None:
+            continue
         try:
-            item.process.wait(timeout=item.grace + 5)
+            replica.process.wait(timeout=replica.grace + 5)
         except subprocess.TimeoutExpired:
-            click.echo(f"  {item.spec.name} outlived its grace period; killing it", err=True)
-            item.process.kill()
-            item.process.wait()
-        click.echo(f"  {item.spec.name} stopped (exit code {item.process.returncode})")
+            click.echo(f"  {replica.name} outlived its grace period; killing it", err=True)
+            replica.process.kill()
+            replica.process.wait()
+        label = replica.name if up.cluster else replica.spec.name
+        click.echo(f"  {label} stopped (exit code {replica.process.returncode})")
+    if up.postgres is not None:
+        up.postgres.stop()
+        click.echo("  postgres stopped")
+    endpoints.remove(up.data_dir)
 
 
-async def _wait_ready(item: Running, timeout: float, stopping: Callable[[], bool]) -> bool:
-    """True once SERVING; False if the process dies, Ctrl-C arrives or time runs out."""
-    ready = asyncio.create_task(wait_serving(item.addr, item.spec.full_name, timeout))
-    while not ready.done():
-        if item.process.poll() is not None or stopping():
-            ready.cancel()
-            return False
-        await asyncio.sleep(0.2)
-    return ready.result()
+async def _wait_ready(group: list[Replica], timeout: float, stopping: Callable[[], bool]) -> bool:
+    """True once every replica is SERVING; False if one dies, Ctrl-C arrives or time runs
+    out."""
+    waits = [asyncio.create_task(wait_serving(r.addr, r.spec.full_name, timeout)) for r in group]
+    try:
+        while not all(w.done() for w in waits):
+            dead = any(r.process is not None and r.process.poll() is not None for r in group)
+            if dead or stopping():
+                return False
+            await asyncio.sleep(0.2)
+        return all(w.result() for w in waits)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
-def _banner(running: list[Running], settings: CliSettings) -> None:
-    click.echo("\nHippo is up. Services:")
-    for item in running:
-        click.echo(
-            f"  {item.spec.name:<11} grpc {item.addr:<17} metrics {item.metrics}  log {item.log}"
-        )
-    gateway = next(item.addr for item in running if item.spec.name == "gateway")
+def _supervise(up: Cluster, stopping: Callable[[], bool]) -> None:
+    """Restart replicas that exit, with backoff, until asked to stop."""
+    while not stopping():
+        now = time.monotonic()
+        for replica in up.replicas:
+            process = replica.process
+            if process is None:
+                continue
+            if process.poll() is None:
+                if replica.crashes and now - replica.started > STABLE_S:
+                    replica.crashes = 0
+                continue
+            if replica.restart_at is None:
+                replica.crashes += 1
+                wait = min(RESTART_MAX_S, RESTART_MIN_S * 2 ** (replica.crashes - 1))
+                replica.restart_at = now + wait
+                click.echo(
+                    f"\n{replica.name} exited ({process.returncode}); restarting in {wait:.1f} s "
+                    f"(crash {replica.crashes} in a row). Last log lines:\n{_tail(replica.log, 5)}",
+                    err=True,
+                )
+            elif now >= replica.restart_at:
+                replica.start()
+                up.save_endpoints()
+                pid = replica.process.pid if replica.process is not None else 0
+                click.echo(f"{replica.name} restarted (pid {pid})", err=True)
+        time.sleep(0.2)
+
+
+def _banner(up: Cluster, settings: CliSettings) -> None:
+    mode = "cluster mode, PostgreSQL" if up.cluster else "embedded"
+    click.echo(f"\nHippo is up ({mode}). Services:")
+    for r in up.replicas:
+        label = r.name if up.cluster else r.spec.name
+        click.echo(f"  {label:<13} grpc {r.addr:<17} metrics {r.metrics}  log {r.log}")
+    if up.postgres is not None:
+        click.echo(f"  {'postgres':<13} {up.postgres.url(DATABASE)}  data {up.postgres.data_dir}")
+    gateway = endpoints.target([r.addr for r in up.of("gateway")])
     key = settings.api_key if "HIPPO_GATEWAY_API_KEYS" not in os.environ else "<your key>"
     click.echo(
-        "\nTry it (in another terminal):\n"
+        "\nTry it (in another terminal; the commands find the replicas in "
+        f"{endpoints.path(up.data_dir)}):\n"
         "  .venv/bin/hippo health\n"
         '  .venv/bin/hippo remember --user alice --session s1 "I moved to Lisbon in May"\n'
         '  .venv/bin/hippo recall "where does she live now?" --user alice\n'
@@ -136,19 +284,23 @@ def _banner(running: list[Running], settings: CliSettings) -> None:
         "\nor from Python with the generated stubs (the API key goes in the metadata):\n"
         "  import grpc\n"
         "  from hippo.memory.v1 import memory_pb2 as pb, memory_pb2_grpc as rpc\n"
-        f"  stub = rpc.MemoryServiceStub(grpc.insecure_channel('{gateway}'))\n"
-        "  r = stub.Recall(pb.RecallRequest(scope=pb.Scope(user_id='alice'), query='Lisbon'),\n"
+        f"  stub = rpc.MemoryServiceStub(grpc.insecure_channel('{gateway}'"
+        + (", options=[('grpc.lb_policy_name', 'round_robin')]))\n" if up.cluster else "))\n")
+        + "  r = stub.Recall(pb.RecallRequest(scope=pb.Scope(user_id='alice'), query='Lisbon'),\n"
         f"                  metadata=[('x-api-key', '{key}')], timeout=5)\n"
         "  print([(h.memory.text, round(h.fused_score, 3)) for h in r.hits])\n"
-        "\nCtrl-C stops everything gracefully."
+        "\nA replica that exits is restarted. Ctrl-C stops everything gracefully."
     )
 
 
-def up(settings: CliSettings) -> int:
+def up(settings: CliSettings, *, cluster: bool = False, replicas: int = 1) -> int:
     data_dir = Path(settings.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    running: list[Running] = []
-    wiring = _wiring(settings)
+    state = Cluster(data_dir, cluster)
+    replicas = replicas if cluster else 1
+    if "HIPPO_GATEWAY_API_KEYS" not in os.environ:
+        # The CLI's key, accepted for tenant "local", unless the operator configured keys.
+        state.wiring["HIPPO_GATEWAY_API_KEYS"] = json.dumps({settings.api_key: "local"})
     stop = {"now": False}
 
     def on_signal(signum: int, _: object) -> None:
@@ -156,39 +308,42 @@ def up(settings: CliSettings) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    stopping = lambda: stop["now"]  # noqa: E731
     try:
+        if cluster:
+            click.echo("starting postgres ...", nl=False)
+            started = time.monotonic()
+            url = _start_postgres(state, settings)
+            state.wiring.update(_cluster_secrets(state))
+            click.echo(f" ready at {url} ({time.monotonic() - started:.1f} s)")
         for spec in SERVICES:
             click.echo(f"starting {spec.name} ...", nl=False)
-            item = _start(spec, data_dir, wiring)
-            running.append(item)
-            wiring.update(_peer_addresses(item))
+            group = _replicas(spec, replicas, state)
+            for replica in group:
+                replica.start()
+            state.replicas.extend(group)
+            state.save_endpoints()
+            state.wiring.update(_peer_wiring(group))
             started = time.monotonic()
-            ready = asyncio.run(
-                _wait_ready(item, settings.startup_timeout_seconds, lambda: stop["now"])
-            )
+            timeout = settings.startup_timeout_seconds
+            ready = asyncio.run(_wait_ready(group, timeout, stopping))
             if stop["now"]:
                 click.echo(" interrupted")
                 return 130
             if not ready:
                 click.echo(" failed")
-                click.echo(
-                    f"{spec.name} did not become SERVING; last log lines:\n{_tail(item.log)}",
-                    err=True,
-                )
-                return 1
-            click.echo(f" SERVING on {item.addr} ({time.monotonic() - started:.1f} s)")
-        _banner(running, settings)
-        while not stop["now"]:
-            for item in running:
-                if item.process.poll() is not None:
+                for replica in group:
                     click.echo(
-                        f"\n{item.spec.name} exited ({item.process.returncode}):\n"
-                        + _tail(item.log),
+                        f"{replica.name} did not become SERVING; last log lines:\n"
+                        f"{_tail(replica.log)}",
                         err=True,
                     )
-                    return 1
-            time.sleep(0.3)
+                return 1
+            where = ", ".join(r.addr for r in group)
+            click.echo(f" SERVING on {where} ({time.monotonic() - started:.1f} s)")
+        _banner(state, settings)
+        _supervise(state, stopping)
         click.echo("\nstopping ...")
         return 0
     finally:
-        _stop(running)
+        _stop(state)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 import click
 import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_cli import audit, chat, launcher, memory, memtok, ops, replay, seed
+from hippo_cli import audit, chat, endpoints, launcher, memory, memtok, ops, replay, seed
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
@@ -23,48 +24,70 @@ def _fail(exc: grpc.aio.AioRpcError) -> None:
     sys.exit(2)
 
 
+def _addresses(settings: CliSettings) -> dict[str, list[str]]:
+    """Every replica of every service: those a running `hippo up` recorded (see
+    endpoints.py), except where an address was configured explicitly."""
+    running = endpoints.read(Path(settings.data_dir))
+    out = {}
+    for spec in SERVICES:
+        field = f"{spec.name}_addr"
+        if field not in settings.model_fields_set and running.get(spec.name):
+            out[spec.name] = [e.addr for e in running[spec.name]]
+        else:
+            out[spec.name] = [str(getattr(settings, field))]
+    return out
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Hippo: long-term, private, verifiable memory for LLM applications."""
-    ctx.obj = CliSettings()
+    settings = CliSettings()
+    # Commands reach every replica of a local cluster unless told otherwise.
+    addrs = _addresses(settings)
+    ctx.obj = settings.model_copy(
+        update={f"{name}_addr": endpoints.target(a) for name, a in addrs.items()}
+    )
 
 
 @cli.command()
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Cluster mode: PostgreSQL as the state of record and --replicas processes per service.",
+)
+@click.option("--replicas", type=click.IntRange(1, 8), help="Processes per service (--cluster).")
 @click.pass_obj
-def up(settings: CliSettings) -> None:
+def up(settings: CliSettings, cluster: bool, replicas: int | None) -> None:
     """Start every service locally on loopback and wait until Ctrl-C."""
-    sys.exit(launcher.up(settings))
+    sys.exit(launcher.up(settings, cluster=cluster, replicas=replicas or settings.replicas))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.pass_obj
-def health(settings: CliSettings, as_json: bool) -> None:
-    """Readiness of every service (exit code 1 if any is not SERVING)."""
-    addrs = {
-        "gateway": settings.gateway_addr,
-        "embedding": settings.embedding_addr,
-        "retrieval": settings.retrieval_addr,
-        "injection": settings.injection_addr,
-        "summariser": settings.summariser_addr,
-        "audit": settings.audit_addr,
-    }
+def health(as_json: bool) -> None:
+    """Readiness of every replica of every service (exit code 1 if any is not SERVING)."""
+    addrs = _addresses(CliSettings())  # replica by replica, not the balanced targets
 
-    async def run() -> dict[str, dict[str, str]]:
-        out = {}
+    async def run() -> dict[str, list[dict[str, str]]]:
+        out: dict[str, list[dict[str, str]]] = {}
         for spec in SERVICES:
-            addr = addrs[spec.name]
-            out[spec.name] = {"addr": addr, "status": await check(addr, spec.full_name)}
+            out[spec.name] = [
+                {"addr": addr, "status": await check(addr, spec.full_name)}
+                for addr in addrs[spec.name]
+            ]
         return out
 
     report = asyncio.run(run())
     if as_json:
         click.echo(json.dumps(report))
     else:
-        for name, row in report.items():
-            click.echo(f"{name:<11} {row['addr']:<21} {row['status']}")
-    sys.exit(0 if all(r["status"] == "SERVING" for r in report.values()) else 1)
+        for name, rows in report.items():
+            for index, row in enumerate(rows):
+                label = f"{name}-{index}" if len(rows) > 1 else name
+                click.echo(f"{label:<13} {row['addr']:<21} {row['status']}")
+    serving = all(r["status"] == "SERVING" for rows in report.values() for r in rows)
+    sys.exit(0 if serving else 1)
 
 
 @cli.command()

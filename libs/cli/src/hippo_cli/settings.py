@@ -39,6 +39,16 @@ class CliSettings(BaseSettings):
     data_dir: str = Field(
         "var", description="Where `hippo up` keeps service data and logs (relative to cwd)."
     )
+    postgres_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port of the PostgreSQL that `hippo up --cluster` starts; 0 reserves a "
+        "free one.",
+    )
+    replicas: int = Field(
+        2, ge=1, le=8, description="Processes per service that `hippo up --cluster` starts."
+    )
     startup_timeout_seconds: float = Field(
         300.0, gt=0, description="How long `hippo up` waits for each service to be SERVING."
     )
