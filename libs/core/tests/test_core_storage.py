@@ -18,7 +18,7 @@ from hippo_core import sqlite as hippo_sqlite
 from hippo_core.errors import DeadlineExceeded, FailedPrecondition, Unavailable
 from hippo_core.listen import reserve_port, reserve_ports
 from hippo_core.pgserver import PostgresServer
-from hippo_core.postgres import Database, describe, engine
+from hippo_core.postgres import Breaking, Database, describe, engine
 from hippo_core.settings import DatabaseSettings
 
 MIGRATIONS = [
@@ -110,10 +110,19 @@ def test_postgres_migrations_apply_in_the_service_schema(postgres_url: str) -> N
         assert raw.execute("SELECT text FROM hippo_test.notes").fetchone() == ("a",)
         assert raw.execute("SELECT count(*) FROM hippo_test.schema_migrations").fetchone() == (2,)
     db.close()
-    newer = _db(postgres_url)
-    with pytest.raises(FailedPrecondition, match="version 2; this build knows 1"):
-        newer.open(MIGRATIONS[:1])
-    newer.close()
+    # A rolling upgrade runs the previous build beside the new one: migrations only add,
+    # so the older build still starts on the newer schema...
+    older = _db(postgres_url)
+    assert older.open(MIGRATIONS[:1]) == 1
+    older.close()
+    # ...until a migration marked Breaking changes what it relies on.
+    newest = _db(postgres_url)
+    assert newest.open([*MIGRATIONS, Breaking("ALTER TABLE notes DROP COLUMN tag;")]) == 3
+    newest.close()
+    stale = _db(postgres_url)
+    with pytest.raises(FailedPrecondition, match="version 3 changed what builds before it"):
+        stale.open(MIGRATIONS)
+    stale.close()
 
 
 def _migrate_in_a_process(url: str, results: multiprocessing.Queue[object]) -> None:
@@ -257,3 +266,33 @@ def test_ports_of_exited_processes_are_reclaimed(tmp_path: Path) -> None:
     registry = tmp_path / "hippo-reserved-ports.json"
     reserve_port(directory=tmp_path)  # the registry is pruned on the next reservation
     assert str(proc.pid) not in registry.read_text()
+
+
+def test_vacuum_after_an_erasure_leaves_no_bytes_of_the_row(postgres_url: str) -> None:
+    """A deleted row's text stays in the table's file as a dead tuple; once vacuumed
+    (FULL rewrites the table) no file of the table holds it."""
+    db = _db(postgres_url)
+    db.open(["CREATE TABLE notes (id int PRIMARY KEY, text text NOT NULL);"])
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO notes VALUES (1, 'canary-k2v9'), (2, 'kept')")
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM notes WHERE id = 1")
+
+    def files() -> list[Path]:
+        with db.transaction() as conn:
+            conn.execute("CHECKPOINT")  # dirty pages reach the files; unlinks happen
+            row = conn.execute(
+                "SELECT current_setting('data_directory'), pg_relation_filepath('notes')"
+            ).fetchone()
+        assert row is not None
+        return [Path(row[0]) / row[1]]
+
+    before = files()
+    assert b"canary-k2v9" in before[0].read_bytes()  # the erased text lingers
+    assert db.vacuum("notes", full=True)
+    after = files()
+    assert after != before and not before[0].exists()
+    assert b"canary-k2v9" not in after[0].read_bytes()
+    with db.transaction() as conn:
+        assert conn.execute("SELECT text FROM notes").fetchall() == [("kept",)]
+    db.close()

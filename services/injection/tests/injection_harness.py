@@ -91,6 +91,13 @@ def stub(server: ServiceProcess) -> Iterator[injection_pb2_grpc.InjectionService
         yield injection_pb2_grpc.InjectionServiceStub(channel)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine_url(request: pytest.FixtureRequest) -> str:
+    """The memtok item store's engine for a test that runs on both: "" (SQLite under the
+    test's directory) or the URL of a fresh PostgreSQL database."""
+    return "" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # text-generation 0.7 (2023) calls pydantic v1's .dict(); harmless, and not ours.
     config.addinivalue_line(

@@ -1,6 +1,10 @@
 """Deterministic stand-ins for the memtok store's unit tests: a bag-of-words embedder
 (words hashed into 384 dimensions) and a value maker with a fixed model id. The real
-model and the real key index (Qdrant edge) are used by the other tests."""
+model and the real key index (Qdrant edge) are used by the other tests.
+
+`open_store` builds a MemtokStore on either item store: SQLite under `root` (url "") or
+PostgreSQL at `url` (the key index under `root` either way, as a replica keeps it);
+the `engine_url` fixture (injection_harness.py) runs a test on both."""
 
 from __future__ import annotations
 
@@ -10,12 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from pydantic import SecretStr
 
+from hippo_core.settings import DatabaseSettings
 from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
-from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
 from hippo_injection.domain.memtok.models import Observation, Vector
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
+from hippo_injection.memtok_wiring import open_items
+from hippo_injection.settings import InjectionSettings
 
 DAY_US = 86_400_000_000
 
@@ -53,18 +60,35 @@ class FakeValues:
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.hidden)
 
 
-def open_store(
-    root: Path, policy: Policy | None = None, values: FakeValues | None = None, **kw: bool
-) -> MemtokStore:
-    policy = policy or Policy()
-    return MemtokStore(
-        SqliteMemtokStore(root / "memtok.sqlite3"),
-        EdgeKeyIndex(root / "memtok-keys"),
-        BagEmbedder(),
-        values or FakeValues(),
-        policy,
-        **kw,
+def settings(root: Path, url: str = "", **kw: object) -> InjectionSettings:
+    return InjectionSettings(
+        data_dir=str(root),
+        database=DatabaseSettings(url=SecretStr(url)),
+        **kw,  # type: ignore[arg-type]
     )
+
+
+def open_store(
+    root: Path,
+    policy: Policy | None = None,
+    values: FakeValues | None = None,
+    *,
+    url: str = "",
+    **kw: bool,
+) -> MemtokStore:
+    """Through the service's own wiring of the item store (SQLite, or PostgreSQL when
+    `url` is set)."""
+    items, buffer = open_items(settings(root, url))
+    keys = EdgeKeyIndex(root / "memtok-keys")
+    try:
+        return MemtokStore(
+            items, keys, BagEmbedder(), values or FakeValues(), policy or Policy(),
+            buffer=buffer, **kw,
+        )  # fmt: skip
+    except BaseException:
+        keys.close()
+        items.close()
+        raise
 
 
 def close(store: MemtokStore) -> None:

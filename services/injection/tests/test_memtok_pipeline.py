@@ -23,11 +23,13 @@ QUERY = "the cat sat on the mat"
 
 
 @pytest.fixture
-def store(tmp_path: Path, tiny_engine: TransformersEngine) -> Iterator[MemtokStore]:
+def store(
+    tmp_path: Path, engine_url: str, tiny_engine: TransformersEngine
+) -> Iterator[MemtokStore]:
     from memtok_fakes import FakeValues
 
     values = FakeValues("tiny-gemma3", layer=1, hidden=tiny_engine.info.hidden_size)
-    s = open_store(tmp_path, Policy(min_rank=0.0, min_similarity=0.35), values)
+    s = open_store(tmp_path, Policy(min_rank=0.0, min_similarity=0.35), values, url=engine_url)
     yield s
     close(s)
 

@@ -19,9 +19,9 @@ T0 = 1_760_000_000_000_000
 
 
 async def test_timers_consolidate_and_resurface_and_log(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, engine_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = open_store(tmp_path, Policy(min_rank=0.1, compress_below=0.0))
+    store = open_store(tmp_path, Policy(min_rank=0.1, compress_below=0.0), url=engine_url)
     queue = ModelQueue(4)
     try:
         store.admit("t", "u", [obs("Lisbon", context="moved to")], T0)

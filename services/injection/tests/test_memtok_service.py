@@ -62,7 +62,7 @@ async def test_off_is_the_plain_model_and_on_applies_what_is_audited(
     request = GenerateRequest(prompt, max_new_tokens=8, influences=tuple(off.influences))
     assert await _reply(service, request) == plain
 
-    memtok.set_user_mode("t", "u", Mode.ON)
+    await memtok.set_user_mode("t", "u", Mode.ON)
     on = await memtok.plan("t", "u", QUERY, None, T0)  # the user's mode applies
     assert on.mode is Mode.ON and on.influences
     body = json.loads(convert.plan_response(on).audit_json)

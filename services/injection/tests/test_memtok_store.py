@@ -1,5 +1,6 @@
-"""The memtok store's rules (DESIGN.md §Influence), on SQLite and the real key index
-(Qdrant edge through retrieval's vector-store port), with a deterministic embedder."""
+"""The memtok store's rules (DESIGN.md §Influence), on each item store engine (SQLite and
+PostgreSQL: `engine_url`) and the real key index (Qdrant edge), with a deterministic
+embedder."""
 
 from __future__ import annotations
 
@@ -8,19 +9,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from memtok_fakes import DAY_US, FakeValues, close, obs, open_store
+from memtok_fakes import DAY_US, BagEmbedder, FakeValues, close, obs, open_store, settings
 
+from hippo_injection import memtok_rebuild
+from hippo_injection.adapters.engine import TransformersEngine
 from hippo_injection.domain.memtok import policy as rules
 from hippo_injection.domain.memtok.models import Packing, Source, StoreModelMismatch
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
+from hippo_injection.domain.memtok.values import EngineValues
+from hippo_injection.memtok_wiring import open_store as open_real
 
 T0 = 1_760_000_000_000_000
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[MemtokStore]:
-    s = open_store(tmp_path, Policy(capacity=100, min_rank=0.45))
+def store(tmp_path: Path, engine_url: str) -> Iterator[MemtokStore]:
+    s = open_store(tmp_path, Policy(capacity=100, min_rank=0.45), url=engine_url)
     yield s
     close(s)
 
@@ -65,9 +70,9 @@ def test_different_words_never_merge(store: MemtokStore) -> None:
     assert report.written[0].outcome == "new"
 
 
-def test_eviction_order_and_grace_period(tmp_path: Path) -> None:
+def test_eviction_order_and_grace_period(tmp_path: Path, engine_url: str) -> None:
     p = Policy(capacity=3, min_rank=0.1, grace_days=1.0, compress_below=0.0)
-    s = open_store(tmp_path, p)
+    s = open_store(tmp_path, p, url=engine_url)
     try:
         s.admit("t", "u", [obs("high", 0.9, surprise=12)], T0)
         s.admit("t", "u", [obs("low", 0.3, surprise=1)], T0)
@@ -87,9 +92,9 @@ def test_eviction_order_and_grace_period(tmp_path: Path) -> None:
         close(s)
 
 
-def test_weak_items_are_compressed_before_deletion(tmp_path: Path) -> None:
+def test_weak_items_are_compressed_before_deletion(tmp_path: Path, engine_url: str) -> None:
     p = Policy(capacity=3, min_rank=0.1, grace_days=0.0, compress_below=0.3)
-    s = open_store(tmp_path, p)
+    s = open_store(tmp_path, p, url=engine_url)
     try:
         s.admit("t", "u", [obs("weakA", 0.2, surprise=0)], T0)
         s.admit("t", "u", [obs("weakB", 0.25, surprise=0)], T0)
@@ -115,9 +120,9 @@ def test_weak_items_are_compressed_before_deletion(tmp_path: Path) -> None:
         close(s)
 
 
-def test_decay_never_evicts(tmp_path: Path) -> None:
+def test_decay_never_evicts(tmp_path: Path, engine_url: str) -> None:
     p = Policy(capacity=2, min_rank=0.1, grace_days=0.0, half_life_days=1.0, compress_below=0.0)
-    s = open_store(tmp_path, p)
+    s = open_store(tmp_path, p, url=engine_url)
     try:
         s.admit("t", "u", [obs("old", 0.9, surprise=12)], T0)  # strong, then never seen again
         s.admit("t", "u", [obs("fresh", 0.3, surprise=1)], T0 + 400 * DAY_US)
@@ -162,16 +167,16 @@ def test_reply_words_enter_only_when_echoed(store: MemtokStore) -> None:
     assert store.promote("t", "u", "Lisbon?", T0 + 2).promoted == []
 
 
-def test_store_of_another_model_is_refused_until_rebuilt(tmp_path: Path) -> None:
-    s = open_store(tmp_path, values=FakeValues("model-a"))
+def test_store_of_another_model_is_refused_until_rebuilt(tmp_path: Path, engine_url: str) -> None:
+    s = open_store(tmp_path, values=FakeValues("model-a"), url=engine_url)
     s.admit("t", "u", [obs("Lisbon")], T0)
     close(s)
     with pytest.raises(StoreModelMismatch, match="model-a"):
-        open_store(tmp_path, values=FakeValues("model-b"))
-    s = open_store(tmp_path, values=FakeValues("model-b"), verify_model=False)
+        open_store(tmp_path, values=FakeValues("model-b"), url=engine_url)
+    s = open_store(tmp_path, values=FakeValues("model-b"), verify_model=False, url=engine_url)
     assert s.rebuild() == 1
     close(s)
-    s = open_store(tmp_path, values=FakeValues("model-b"))  # accepted now
+    s = open_store(tmp_path, values=FakeValues("model-b"), url=engine_url)  # accepted now
     try:
         (item,) = s.items.by_user("t", "u")
         assert item.model_id == "model-b"
@@ -182,12 +187,12 @@ def test_store_of_another_model_is_refused_until_rebuilt(tmp_path: Path) -> None
         close(s)
 
 
-def test_reopen_keeps_items_and_search_is_scoped(tmp_path: Path) -> None:
-    s = open_store(tmp_path)
+def test_reopen_keeps_items_and_search_is_scoped(tmp_path: Path, engine_url: str) -> None:
+    s = open_store(tmp_path, url=engine_url)
     s.admit("t", "u", [obs("Lisbon", context="moved to")], T0)
     s.admit("t", "other", [obs("Lisbon", context="moved to")], T0)
     close(s)
-    s = open_store(tmp_path)
+    s = open_store(tmp_path, url=engine_url)
     try:
         key = s.embedder.embed(["moved to Lisbon"])[0]
         hits = s.search("t", "u", key, 10)
@@ -199,8 +204,10 @@ def test_reopen_keeps_items_and_search_is_scoped(tmp_path: Path) -> None:
         close(s)
 
 
-def test_consolidation_merges_near_duplicates_counting_operator_items(tmp_path: Path) -> None:
-    s = open_store(tmp_path, Policy(min_rank=0.1, compress_below=0.0))
+def test_consolidation_merges_near_duplicates_counting_operator_items(
+    tmp_path: Path, engine_url: str
+) -> None:
+    s = open_store(tmp_path, Policy(min_rank=0.1, compress_below=0.0), url=engine_url)
     try:
         s.admit("t", "u", [obs("Lisbon", context="moved to")], T0)
         s.admit("t", "u", [obs("Lisbon", context="moved to sunny")], T0 + 1)
@@ -216,3 +223,35 @@ def test_consolidation_merges_near_duplicates_counting_operator_items(tmp_path: 
         assert [m.id for m, _ in hits] == [item.id]  # the merged-away keys are gone too
     finally:
         close(s)
+
+
+def test_rebuild_moves_the_store_to_the_served_model(
+    tmp_path: Path,
+    engine_url: str,
+    tiny_engine: TransformersEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`hippo memtok rebuild` in either mode (cluster mode: with a throwaway key index of
+    its own), on the tiny model; the real model's run is in test_memtok_model.py."""
+    hidden = tiny_engine.info.hidden_size
+    s = open_store(tmp_path, values=FakeValues("another-model", 1, hidden), url=engine_url)
+    s.admit("t", "u", [obs("cat", context="the")], T0)
+    close(s)
+    served = settings(tmp_path, engine_url, memtok_layer=1)
+    with pytest.raises(StoreModelMismatch, match="another-model"):
+        open_real(served, tiny_engine, BagEmbedder())
+    monkeypatch.setattr("hippo_injection.__main__.load_engine", lambda _: tiny_engine)
+    assert memtok_rebuild.missing(served) == ""
+    assert memtok_rebuild.rebuild(served) == (tiny_engine.info.model, 1, 1)
+    store = open_real(served, tiny_engine, BagEmbedder())  # accepted now
+    try:
+        (item,) = store.items.by_user("t", "u")
+        want = EngineValues(tiny_engine, 1).values([item.source_words])[0]
+        assert item.model_id == tiny_engine.info.model
+        np.testing.assert_allclose(item.value, want, atol=1e-2 * float(np.abs(want).max()))
+        assert [m.id for m, _ in store.search("t", "u", item.key, 5)] == [item.id]
+    finally:
+        close(store)
+    if not engine_url:
+        empty = settings(tmp_path / "elsewhere")
+        assert memtok_rebuild.missing(empty) == str(tmp_path / "elsewhere" / "memtok.sqlite3")

@@ -23,8 +23,9 @@ def rebuild() -> None:
     module = importlib.import_module("hippo_injection.memtok_rebuild")
     settings_module = importlib.import_module("hippo_injection.settings")
     settings = settings_module.InjectionSettings()
-    if not module.store_path(settings).exists():
-        click.echo(f"no memtok store at {module.store_path(settings)}", err=True)
+    where = module.missing(settings)  # cluster mode: the database is the store
+    if where:
+        click.echo(f"no memtok store at {where}", err=True)
         sys.exit(1)
     model, layer, done = module.rebuild(settings)
     click.echo(f"rebuilt {done} memtoks for {model} at layer {layer}")

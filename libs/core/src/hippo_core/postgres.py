@@ -6,8 +6,9 @@ errors, leases and change notifications.
   services never read each other's tables.
 - **Numbered migrations** in `<schema>.schema_migrations`, applied at start in one
   transaction under a transaction-scoped advisory lock: replicas starting at once
-  serialise there, the first applies, the others find the work done. A database migrated
-  by a newer build (a higher version than this build knows) is refused.
+  serialise there, the first applies, the others find the work done. Migrations only add
+  by default, so an older build still runs on a newer schema (a rolling upgrade runs
+  both); one marked `Breaking` makes older builds refuse to start.
 - **Deadlines**: `connect_timeout`, a pool checkout timeout and a `statement_timeout` on
   every connection: no call waits on the database forever.
 - **Errors** are mapped once (`errors`): a lost connection or a database that cannot be
@@ -49,6 +50,14 @@ T = TypeVar("T")
 # A migration is a script (run as one multi-statement string) or a function of the open
 # transaction's connection.
 Migration = str | Callable[[psycopg.Connection[Any]], None]
+
+
+@dataclass(frozen=True)
+class Breaking:
+    """A migration older builds cannot run on (see `Database.migrate`)."""
+
+    step: Migration
+
 
 _RETRIED = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
@@ -115,7 +124,9 @@ class Database:
             open=False,
         )
 
-    def open(self, migrations: Sequence[Migration] = (), *, timeout: float | None = None) -> int:
+    def open(
+        self, migrations: Sequence[Migration | Breaking] = (), *, timeout: float | None = None
+    ) -> int:
         """Open the pool (waiting for the first connection) and migrate; the version."""
         wait = timeout if timeout is not None else self._settings.connect_timeout_seconds * 3
         with errors(f"database {self.where}"):
@@ -127,7 +138,14 @@ class Database:
                 ) from exc
             return self.migrate(migrations)
 
-    def migrate(self, migrations: Sequence[Migration]) -> int:
+    def migrate(self, migrations: Sequence[Migration | Breaking]) -> int:
+        """Apply what the schema lacks; returns the version this build knows.
+
+        Rolling upgrades run old and new replicas side by side, so a migration is
+        expand-only by default: it adds, and an older build keeps working on the newer
+        schema (it starts, with a warning). A migration wrapped in `Breaking` changes
+        something older builds rely on: from then on they refuse to start (roll back by
+        restoring the database, not by redeploying the old version)."""
         known = len(migrations)
         schema = sql.Identifier(self.schema)
         with self.pool.connection() as conn, conn.transaction():
@@ -140,31 +158,46 @@ class Database:
             conn.execute(
                 sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-                    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now(), "
+                    "breaking boolean NOT NULL DEFAULT false)"
                 ).format(schema)
             )
             row = conn.execute(
-                sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(schema)
+                sql.SQL(
+                    "SELECT coalesce(max(version), 0), "
+                    "coalesce(max(version) FILTER (WHERE breaking), 0) FROM {}.schema_migrations"
+                ).format(schema)
             ).fetchone()
-            version = int(row[0]) if row else 0
-            if version > known:
+            version, floor = (int(row[0]), int(row[1])) if row else (0, 0)
+            if floor > known:
                 raise FailedPrecondition(
-                    f"database schema {self.schema} is at version {version}; this build "
-                    f"knows {known}: a newer release migrated it"
+                    f"database schema {self.schema} is at version {version}, and version "
+                    f"{floor} changed what builds before it rely on; this build knows {known}: "
+                    "deploy the newer release"
+                )
+            if version > known:
+                log.warning(
+                    "schema %s is at version %d, newer than this build's %d; its later "
+                    "migrations only add, so this build runs on it",
+                    self.schema,
+                    version,
+                    known,
                 )
             for number in range(version, known):
                 step = migrations[number]
-                if callable(step):
-                    step(conn)
-                else:
-                    conn.execute(step.encode())  # bytes: psycopg runs a multi-statement script
+                breaking = isinstance(step, Breaking)
+                action = step.step if isinstance(step, Breaking) else step
+                if callable(action):
+                    action(conn)
+                else:  # bytes: psycopg runs a multi-statement script
+                    conn.execute(action.encode())
                 conn.execute(
-                    sql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(
-                        schema
-                    ),
-                    (number + 1,),
+                    sql.SQL(
+                        "INSERT INTO {}.schema_migrations (version, breaking) VALUES (%s, %s)"
+                    ).format(schema),
+                    (number + 1, breaking),
                 )
-            if version != known:
+            if version < known:
                 log.info("schema %s migrated from version %d to %d", self.schema, version, known)
         return known
 
@@ -198,6 +231,23 @@ class Database:
         """A connection of its own, outside the pool (leases, listeners)."""
         with errors(f"database {self.where}"):
             return psycopg.connect(self._url, autocommit=autocommit, **self._kwargs)
+
+    def vacuum(self, *tables: str, full: bool = False, lock_timeout_s: float = 2.0) -> bool:
+        """After an erasure: VACUUM the tables (outside any transaction, as it must run),
+        so deleted rows do not linger as dead tuples until autovacuum. `full` rewrites
+        the table: a plain VACUUM frees the space but can leave the bytes in it. Waits at
+        most `lock_timeout_s` for a lock (FULL needs an exclusive one); False when it
+        could not run: the erasure stands, the next vacuum completes the scrub."""
+        statement = "VACUUM (FULL) {}" if full else "VACUUM {}"
+        try:
+            with contextlib.closing(self.connect()) as conn:
+                conn.execute(f"SET lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+                for table in tables:
+                    conn.execute(sql.SQL(statement).format(sql.Identifier(table)))
+        except (psycopg.Error, Unavailable) as exc:
+            log.warning("vacuum of %s after an erasure did not run: %s", ", ".join(tables), exc)
+            return False
+        return True
 
     def lease(self, name: str) -> Lease:
         return Lease(self, name)
@@ -274,6 +324,10 @@ class Lease:
 
     def _drop(self) -> None:
         if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                # Unlock before closing: the server frees a dead session's locks only once
+                # its backend has exited, and another replica would wait for that.
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None

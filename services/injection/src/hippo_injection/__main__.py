@@ -95,6 +95,8 @@ def build(settings: InjectionSettings) -> Service:
                 queue,
                 settings.memtok_consolidate_seconds,
                 settings.memtok_resurface_seconds,
+                sync_seconds=settings.memtok_sync_seconds,
+                feed_retention_seconds=settings.memtok_feed_retention_days * 86_400,
             )
             scheduler.start()
             schedulers.append(scheduler)

@@ -1,9 +1,18 @@
 """`hippo memtok rebuild`: the store's value vectors again from their source words, for
-the model and layer these settings serve. Run with the injection service stopped: the
-store has one owner (its key shard's WAL lock refuses a second)."""
+the model and layer these settings serve.
+
+Embedded default: run with the injection service stopped (the store has one owner: its
+key shard's WAL lock refuses a second). Cluster mode: the items are in PostgreSQL and
+this command keeps a throwaway key index of its own, so it never contends with a
+replica's; run it while no replica serves the old model (scaled down, or the new
+release's replicas refusing to start until the store is theirs). Each user's items are
+rewritten under that user's write lock, and every replica's key index picks the
+rewritten items up from the change feed."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,17 +30,35 @@ class _NoEmbedder:
 def rebuild(settings: InjectionSettings) -> tuple[str, int, int]:
     """(model id, layer, items rebuilt)."""
     from hippo_injection.__main__ import load_engine
-    from hippo_injection.memtok_wiring import open_store
+    from hippo_injection.memtok_wiring import cluster, open_store
 
     engine = load_engine(settings)
-    store = open_store(settings, engine, _NoEmbedder(), verify_model=False)
-    try:
-        done = store.rebuild()
-    finally:
-        store.keys.close()
-        store.items.close()
+    with contextlib.ExitStack() as stack:
+        keys_dir = None
+        if cluster(settings):
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="memtok-rebuild-"))
+            keys_dir = Path(scratch) / "memtok-keys"
+        store = open_store(settings, engine, _NoEmbedder(), verify_model=False, keys_dir=keys_dir)
+        try:
+            done = store.rebuild()
+        finally:
+            store.keys.close()
+            store.items.close()
     return engine.info.model, settings.memtok_layer, done
 
 
 def store_path(settings: InjectionSettings) -> Path:
-    return Path(settings.data_dir) / "memtok.sqlite3"
+    """The embedded store's file (what `missing` checks there)."""
+    from hippo_injection.memtok_wiring import sqlite_path
+
+    return sqlite_path(settings)
+
+
+def missing(settings: InjectionSettings) -> str:
+    """Where the store should be when it is not there; empty when there is one to
+    rebuild (in cluster mode the database is the store: opening it creates its schema)."""
+    from hippo_injection.memtok_wiring import cluster
+
+    if cluster(settings) or store_path(settings).exists():
+        return ""
+    return str(store_path(settings))

@@ -93,7 +93,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
     async def SetUserInfluence(
         self, request: pb.SetUserInfluenceRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetUserInfluenceResponse:
-        mode = self._memtok().set_user_mode(
+        mode = await self._memtok().set_user_mode(
             request.tenant, request.user_id, convert.mode(request.mode)
         )
         return pb.SetUserInfluenceResponse(mode=convert.mode_value(mode))

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from hippo_core.settings import ServiceSettings
+from hippo_core.settings import DatabaseSettings, ServiceSettings
 
 
 class InjectionSettings(ServiceSettings):
@@ -98,7 +98,16 @@ class InjectionSettings(ServiceSettings):
     data_dir: str = Field(
         "var/injection",
         description="Where the memtok store lives (memtok.sqlite3, the source of truth, and "
-        "memtok-keys/, the Qdrant edge shard of key vectors, rebuilt from it if lost).",
+        "memtok-keys/, the Qdrant edge shard of key vectors, rebuilt from it if lost). In "
+        "cluster mode only memtok-keys/, this replica's own projection: never shared by two "
+        "replicas (an emptyDir is enough).",
+    )
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings,
+        description="Cluster mode: a PostgreSQL URL keeps the memtok items, user modes and "
+        "reply buffers in the injection schema (hippo_injection), shared by every replica; "
+        "each replica's key index catches up with the others' writes through the store's "
+        "change feed. Empty: SQLite under data_dir (the embedded default, one replica).",
     )
     embedding_addr: str = Field(
         "",
@@ -188,6 +197,20 @@ class InjectionSettings(ServiceSettings):
         ge=0,
         description="Every this many seconds, memtoks an operator marked whose time has come "
         "return to full influence (logged); 0: never.",
+    )
+    memtok_sync_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="Cluster mode: every this many seconds an idle replica's key index "
+        "catches up with the change feed (a request catches up anyway before it searches); "
+        "0: only on requests.",
+    )
+    memtok_feed_retention_days: float = Field(
+        7.0,
+        gt=0,
+        description="Cluster mode: the change feed's records of deleted memtoks (tenant and "
+        "id, no words) are trimmed after this long; a replica away longer rebuilds its key "
+        "index from the items at start.",
     )
     influence_shortlist: int = Field(
         100, ge=1, le=1000, description="Shortlist taken from the store per query (50-200)."

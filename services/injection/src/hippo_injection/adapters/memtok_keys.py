@@ -5,13 +5,15 @@ indexes (tenant as the engine's tenant key); every search carries both in the en
 `must` filter; upserts are conditional on the tenant and deletions are by filter
 (tenant AND id), so no tenant's write can touch another's point.
 
-The SQLite item store is the source of truth; this index records the last change seq it
-applied in `<path>.applied.json` (written after `flush()`), and the store rebuilds it
-when the two disagree. One owner per shard: the engine locks its WAL."""
+The item store is the source of truth; this index records the last change seq it
+applied in `<path>.applied.json` (written after `flush()`), and the store brings it up
+to date (or rebuilds it) when the two disagree. One owner per shard: the engine locks
+its WAL, so every replica keeps its own under its own data dir."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import uuid
 from collections.abc import Sequence
@@ -51,30 +53,37 @@ class EdgeKeyIndex:
         self._dimension = dimension
         self._sidecar = self._path.with_name(self._path.name + ".applied.json")
         self._lock = threading.Lock()
-        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+        self._applied = 0
+        self._shard: EdgeShard | None = self._open()
+
+    def _open(self) -> EdgeShard:
+        config = EdgeConfig(
+            vectors=EdgeVectorParams(size=self._dimension, distance=Distance.Cosine)
+        )
         existed = self._path.is_dir() and any(self._path.iterdir())
         if existed:
-            self._shard: EdgeShard | None = EdgeShard.load(str(self._path), config)
+            shard = EdgeShard.load(str(self._path), config)
         else:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._shard = EdgeShard.create(str(self._path), config)
+            shard = EdgeShard.create(str(self._path), config)
         try:
-            have = set(self._shard.info().payload_schema)
+            have = set(shard.info().payload_schema)
             wanted: dict[str, Any] = {
                 TENANT: KeywordIndexParams(is_tenant=True),
                 USER: PayloadSchemaType.Keyword,
             }
             for field, schema in wanted.items():
                 if field not in have:
-                    self._shard.update(UpdateOperation.create_field_index(field, schema))
-            self._shard.flush()
-            self._applied = self._read() if existed else 0
-            if not existed:
+                    shard.update(UpdateOperation.create_field_index(field, schema))
+            shard.flush()
+            if existed:
+                self._applied = self._read()
+            else:
                 self._write(0)
         except BaseException:
-            self._shard.close()
-            self._shard = None
+            shard.close()
             raise
+        return shard
 
     def _read(self) -> int:
         try:
@@ -153,6 +162,17 @@ class EdgeKeyIndex:
     def applied_seq(self) -> int:
         with self._lock:
             return self._applied
+
+    def clear(self) -> None:
+        """A new, empty shard in place of this one (quicker than deleting every point,
+        and no deleted point lingers in its segments)."""
+        with self._lock:
+            shard, self._shard = self._require(), None
+            shard.close()
+            # The mark first: a crash mid-way leaves an index that says "nothing applied".
+            self._write(0)
+            shutil.rmtree(self._path)
+            self._shard = self._open()
 
     def close(self) -> None:
         with self._lock:

@@ -1,22 +1,30 @@
-"""The memtok item store in SQLite (WAL, synchronous=FULL): the source of truth.
+"""The memtok item store in SQLite (the embedded default): the source of truth, opened
+through `hippo_core.sqlite` (WAL checked, synchronous=FULL, secure_delete, busy_timeout,
+numbered migrations). One writer: this process, which also owns the key index.
 
-Value vectors are stored compactly: float16 normally, int8 with one float32 scale for
-items compressed before deletion. Key vectors are float32 (they are also the index's
-source on a rebuild). Every read and write is scoped by tenant and user in SQL.
-"""
+Every read and write is scoped by tenant and user in SQL. A write's change number is the
+meta row `key_seq`, bumped in the write's own transaction, so a crash between a write and
+the key index's update is seen at the next open (the index then rebuilds). No change
+feed: with one writer the index never needs another's changes."""
 
 from __future__ import annotations
 
-import sqlite3
+import contextlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from sqlite3 import Connection
 
-import numpy as np
+from hippo_core import sqlite as hippo_sqlite
+from hippo_injection.adapters.memtok_rows import COLUMNS, NAMES, UPDATED, from_row, to_row
+from hippo_injection.domain.memtok.models import Changes, Memtok
 
-from hippo_injection.domain.memtok.models import Memtok, Packing, Source, Vector
+NAME = "memtok store"
 
-_SCHEMA = """
+# Version 1 is the schema the store had before it was versioned: a file written then has
+# user_version 0 and these tables already, so every statement must be IF NOT EXISTS.
+MIGRATIONS: list[hippo_sqlite.Migration] = [
+    """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memtoks (
   id TEXT PRIMARY KEY,
@@ -48,39 +56,34 @@ CREATE TABLE IF NOT EXISTS user_modes (
   tenant TEXT NOT NULL, user_id TEXT NOT NULL, mode TEXT NOT NULL,
   PRIMARY KEY (tenant, user_id)
 );
-"""
+""",
+]
 
-_COLUMNS = (
-    "id, tenant, user_id, word, source_words, key, value, packing, scale, layer, model_id, "
-    "count, keep, rank_max, surprise, emphasis, stakes, conditional, source, created_us, "
-    "last_seen_us, grace_until_us, resurface_at_us"
+_UPSERT = (
+    f"INSERT INTO memtoks ({COLUMNS}) VALUES ({','.join('?' * len(NAMES))}) "
+    f"ON CONFLICT(id) DO UPDATE SET {UPDATED} "
+    "WHERE memtoks.tenant = excluded.tenant AND memtoks.user_id = excluded.user_id"
 )
 
 
-def pack(value: Vector, packing: Packing) -> tuple[bytes, float]:
-    v = np.asarray(value, dtype=np.float32)
-    if packing is Packing.FLOAT16:
-        return v.astype("<f2").tobytes(), 1.0
-    peak = float(np.abs(v).max()) if v.size else 0.0
-    scale = peak / 127.0 if peak > 0 else 1.0
-    return np.clip(np.round(v / scale), -127, 127).astype(np.int8).tobytes(), scale
-
-
-def unpack(blob: bytes, packing: Packing, scale: float) -> Vector:
-    if packing is Packing.FLOAT16:
-        return np.frombuffer(blob, dtype="<f2").astype(np.float32)
-    return (np.frombuffer(blob, dtype=np.int8).astype(np.float32) * scale).astype(np.float32)
+def _bump(conn: Connection) -> int:
+    """The next change number, inside the caller's write transaction."""
+    row = conn.execute("SELECT value FROM meta WHERE name = 'key_seq'").fetchone()
+    seq = (int(row[0]) if row else 0) + 1
+    conn.execute(
+        "INSERT INTO meta (name, value) VALUES ('key_seq', ?) "
+        "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        (str(seq),),
+    )
+    return seq
 
 
 class SqliteMemtokStore:
+    shared = False
+
     def __init__(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._db = hippo_sqlite.open_store(Path(path), NAME, MIGRATIONS)
 
     def meta(self) -> dict[str, str]:
         with self._lock:
@@ -88,67 +91,52 @@ class SqliteMemtokStore:
         return {str(k): str(v) for k, v in rows}
 
     def set_meta(self, values: dict[str, str]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    "INSERT INTO meta (name, value) VALUES (?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                    list(values.items()),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, hippo_sqlite.transaction(self._db) as conn:
+            conn.executemany(
+                "INSERT INTO meta (name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                list(values.items()),
+            )
 
-    @staticmethod
-    def _row(row: tuple[object, ...]) -> Memtok:
-        packing = Packing(str(row[7]))
-        return Memtok(
-            id=str(row[0]),
-            tenant=str(row[1]),
-            user=str(row[2]),
-            word=str(row[3]),
-            source_words=str(row[4]),
-            key=np.frombuffer(row[5], dtype="<f4").astype(np.float32),  # type: ignore[call-overload]
-            value=unpack(row[6], packing, float(row[8])),  # type: ignore[arg-type]
-            packing=packing,
-            layer=int(row[9]),  # type: ignore[call-overload]
-            model_id=str(row[10]),
-            count=int(row[11]),  # type: ignore[call-overload]
-            keep=float(row[12]),  # type: ignore[arg-type]
-            rank_max=float(row[13]),  # type: ignore[arg-type]
-            surprise=float(row[14]),  # type: ignore[arg-type]
-            emphasis=float(row[15]),  # type: ignore[arg-type]
-            stakes=float(row[16]),  # type: ignore[arg-type]
-            conditional=bool(row[17]),
-            source=Source(str(row[18])),
-            created_us=int(row[19]),  # type: ignore[call-overload]
-            last_seen_us=int(row[20]),  # type: ignore[call-overload]
-            grace_until_us=int(row[21]),  # type: ignore[call-overload]
-            resurface_at_us=int(row[22]),  # type: ignore[call-overload]
-        )
+    def claim_meta(self, values: dict[str, str]) -> dict[str, str]:
+        with self._lock, hippo_sqlite.transaction(self._db) as conn:
+            conn.executemany(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
+                list(values.items()),
+            )
+        return self.meta()
+
+    def head(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'key_seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def changes(self, after: int, upto: int) -> Changes | None:
+        return None
+
+    def trim_changes(self, before_us: int) -> int:
+        return 0
 
     def get(self, tenant: str, user: str, ids: Sequence[str]) -> list[Memtok]:
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
+        found: dict[str, Memtok] = {}
         with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM memtoks WHERE tenant = ? AND user_id = ? "
-                f"AND id IN ({marks})",
-                (tenant, user, *ids),
-            ).fetchall()
-        found = {str(r[0]): self._row(r) for r in rows}
+            for chunk in hippo_sqlite.chunks(ids):
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT {COLUMNS} FROM memtoks WHERE tenant = ? AND user_id = ? "
+                    f"AND id IN ({marks})",
+                    (tenant, user, *chunk),
+                ).fetchall()
+                found.update((str(r[0]), from_row(r)) for r in rows)
         return [found[i] for i in ids if i in found]
 
     def by_user(self, tenant: str, user: str) -> list[Memtok]:
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM memtoks WHERE tenant = ? AND user_id = ? ORDER BY id",
+                f"SELECT {COLUMNS} FROM memtoks WHERE tenant = ? AND user_id = ? ORDER BY id",
                 (tenant, user),
             ).fetchall()
-        return [self._row(r) for r in rows]
+        return [from_row(r) for r in rows]
 
     def users(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -157,47 +145,43 @@ class SqliteMemtokStore:
             ).fetchall()
         return [(str(t), str(u)) for t, u in rows]
 
-    def put(self, items: Sequence[Memtok]) -> None:
-        rows = []
-        for m in items:
-            value, scale = pack(m.value, m.packing)
-            rows.append(
-                (
-                    m.id, m.tenant, m.user, m.word, m.source_words,
-                    np.asarray(m.key, dtype="<f4").tobytes(), value, m.packing.value, scale,
-                    m.layer, m.model_id, m.count, m.keep, m.rank_max, m.surprise, m.emphasis,
-                    m.stakes, int(m.conditional), m.source.value, m.created_us,
-                    m.last_seen_us, m.grace_until_us, m.resurface_at_us,
-                )
-            )  # fmt: skip
+    def put(self, items: Sequence[Memtok]) -> int:
+        rows = [to_row(m) for m in items]
         if not rows:
-            return
-        marks = ",".join("?" * 23)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    f"INSERT OR REPLACE INTO memtoks ({_COLUMNS}) VALUES ({marks})", rows
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            return 0
+        with self._lock, hippo_sqlite.transaction(self._db) as conn:
+            seq = _bump(conn)
+            conn.executemany(_UPSERT, rows)
+        return seq
 
-    def delete(self, tenant: str, user: str, ids: Sequence[str]) -> None:
+    def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         if not ids:
-            return
+            return 0
+        with self._lock, hippo_sqlite.transaction(self._db) as conn:
+            seq = _bump(conn)
+            conn.executemany(
+                "DELETE FROM memtoks WHERE tenant = ? AND user_id = ? AND id = ?",
+                [(tenant, user, i) for i in ids],
+            )
+        return seq
+
+    def erase(self, tenant: str, user: str) -> tuple[list[str], int]:
+        scope = (tenant, user)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    "DELETE FROM memtoks WHERE tenant = ? AND user_id = ? AND id = ?",
-                    [(tenant, user, i) for i in ids],
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            with hippo_sqlite.transaction(self._db) as conn:
+                ids = [
+                    str(r[0])
+                    for r in conn.execute(
+                        "SELECT id FROM memtoks WHERE tenant = ? AND user_id = ? ORDER BY id", scope
+                    )
+                ]
+                seq = _bump(conn) if ids else 0
+                conn.execute("DELETE FROM memtoks WHERE tenant = ? AND user_id = ?", scope)
+                conn.execute("DELETE FROM user_modes WHERE tenant = ? AND user_id = ?", scope)
+            # secure_delete zeroed the freed pages; the WAL still holds the frames written
+            # while the words were live, until this checkpoint copies and truncates it.
+            hippo_sqlite.purge_wal(self._db, NAME)
+        return ids, seq
 
     def count(self, tenant: str, user: str) -> int:
         with self._lock:
@@ -205,6 +189,13 @@ class SqliteMemtokStore:
                 "SELECT COUNT(*) FROM memtoks WHERE tenant = ? AND user_id = ?", (tenant, user)
             ).fetchone()
         return int(n)
+
+    def writing(self, tenant: str, user: str) -> contextlib.AbstractContextManager[None]:
+        # One process writes the file, its model queue one call at a time: nothing to wait for.
+        return contextlib.nullcontext()
+
+    def owns_upkeep(self) -> bool:
+        return True
 
     def user_mode(self, tenant: str, user: str) -> str | None:
         with self._lock:
@@ -214,13 +205,13 @@ class SqliteMemtokStore:
         return None if row is None else str(row[0])
 
     def set_user_mode(self, tenant: str, user: str, mode: str | None) -> None:
-        with self._lock:
+        with self._lock, hippo_sqlite.transaction(self._db) as conn:
             if mode is None:
-                self._db.execute(
+                conn.execute(
                     "DELETE FROM user_modes WHERE tenant = ? AND user_id = ?", (tenant, user)
                 )
             else:
-                self._db.execute(
+                conn.execute(
                     "INSERT INTO user_modes (tenant, user_id, mode) VALUES (?, ?, ?) "
                     "ON CONFLICT(tenant, user_id) DO UPDATE SET mode = excluded.mode",
                     (tenant, user, mode),

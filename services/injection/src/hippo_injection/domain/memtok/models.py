@@ -134,5 +134,15 @@ class WriteReport:
         }
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What the item store's change feed says about a span of changes: the items written
+    in it as they are now, and the ids (with their tenant) that no longer exist. The key
+    index applies both and so becomes the store's projection up to the span's end."""
+
+    live: list[Memtok] = field(default_factory=list)
+    gone: list[tuple[str, str]] = field(default_factory=list)  # (tenant, memtok id)
+
+
 class StoreModelMismatch(RuntimeError):
     """The store's value vectors belong to another model (or layer); rebuild it."""

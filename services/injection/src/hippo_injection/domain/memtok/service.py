@@ -1,9 +1,12 @@
 """The memtok use cases the service serves: plan influence for a query, write a turn's
-words, record a user's influence mode. Each runs on the model queue's thread (the
-pipeline's passes and the store's writes are blocking and use the shared model)."""
+words, record a user's influence mode, erase a user. Plans, writes and erasures run on
+the model queue's thread (the pipeline's passes and the store's writes are blocking and
+use the shared model and key index); a mode is one row, read and written on a worker
+thread so the event loop never waits on the database."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from hippo_core.errors import InvalidArgument
@@ -37,11 +40,11 @@ class MemtokService:
         self.pipeline = pipeline
         self._queue = queue
 
-    def resolve(self, tenant: str, user: str, mode: Mode | None) -> Mode:
+    async def resolve(self, tenant: str, user: str, mode: Mode | None) -> Mode:
         """The request's mode, else the user's recorded one, else off."""
         if mode is not None:
             return mode
-        recorded = self.pipeline.store.items.user_mode(tenant, user)
+        recorded = await asyncio.to_thread(self.pipeline.store.items.user_mode, tenant, user)
         return Mode(recorded) if recorded else Mode.OFF
 
     async def plan(
@@ -49,7 +52,7 @@ class MemtokService:
     ) -> Plan:
         _scope(tenant, user)
         _text("query", query)
-        chosen = self.resolve(tenant, user, mode)
+        chosen = await self.resolve(tenant, user, mode)
         return await self._queue.call(
             self.pipeline.plan, tenant, user, query, _now(time_us), chosen
         )
@@ -64,10 +67,17 @@ class MemtokService:
             self.pipeline.write, tenant, user, query, reply, _now(time_us)
         )
 
-    def set_user_mode(self, tenant: str, user: str, mode: Mode | None) -> Mode:
+    async def set_user_mode(self, tenant: str, user: str, mode: Mode | None) -> Mode:
         _scope(tenant, user)
-        self.pipeline.store.items.set_user_mode(tenant, user, None if mode is None else mode.value)
+        value = None if mode is None else mode.value
+        await asyncio.to_thread(self.pipeline.store.items.set_user_mode, tenant, user, value)
         return mode or Mode.OFF
+
+    async def forget(self, tenant: str, user: str) -> int:
+        """Erase the user from the memtok store (every replica's key index follows);
+        the items erased. Idempotent: a retry erases nothing more and answers 0."""
+        _scope(tenant, user)
+        return await self._queue.call(self.pipeline.store.forget, tenant, user)
 
     def close(self) -> None:
         self.pipeline.store.keys.close()

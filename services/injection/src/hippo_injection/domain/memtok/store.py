@@ -1,6 +1,7 @@
 """The memtok store: admission, merging, keep scores, eviction, the reply buffer,
-consolidation and rebuild. Blocking (SQLite, the key index, the model for value
-vectors): the service calls it on the model queue's thread."""
+consolidation, erasure and rebuild, and the key index kept as the item store's
+projection (see ports.py for the change numbers). Blocking (the item store, the key
+index, the model for value vectors): the service calls it on the model queue's thread."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hippo_injection.domain.memtok import policy as rules
+from hippo_injection.domain.memtok.buffer import MemoryReplyBuffer
 from hippo_injection.domain.memtok.models import (
     Memtok,
     Observation,
@@ -27,12 +29,21 @@ from hippo_injection.domain.memtok.models import (
     Written,
 )
 from hippo_injection.domain.memtok.policy import Policy
-from hippo_injection.domain.memtok.ports import Embedder, ItemStore, KeyIndex, ValueMaker
+from hippo_injection.domain.memtok.ports import (
+    Embedder,
+    ItemStore,
+    KeyIndex,
+    ReplyBuffer,
+    ValueMaker,
+)
 
 log = logging.getLogger(__name__)
 
 _NAMESPACE = uuid.UUID("9c1d7a52-0f0b-4b7e-8f7e-1d5e0b6c3a21")
 COST = {Packing.FLOAT16: 1.0, Packing.INT8: 0.5}  # slots an item takes by value packing
+# Changes read per step when the key index catches up: bounds one read's size after a
+# long absence (a step's items come with their vectors).
+FEED_STEP = 1000
 
 
 def normal(word: str) -> str:
@@ -57,29 +68,26 @@ class MemtokStore:
         values: ValueMaker,
         policy: Policy,
         *,
+        buffer: ReplyBuffer | None = None,
         verify_model: bool = True,
     ) -> None:
-        """`verify_model=False` only for `rebuild`: the store may belong to another model."""
+        """`verify_model=False` only for `rebuild`: the store may belong to another model.
+        `buffer`: where reply words wait (default: this process's memory)."""
         self.items = items
         self.keys = keys
         self.embedder = embedder
         self.values = values
         self.policy = policy
-        self._buffers: dict[tuple[str, str], OrderedDict[str, tuple[Observation, int]]] = {}
+        self.buffer: ReplyBuffer = buffer if buffer is not None else MemoryReplyBuffer()
         if verify_model:
             self._check_model()
-        self._seq = int(items.meta().get("key_seq", "0"))
-        if keys.applied_seq() != self._seq:
-            self.reindex_keys()
+        self.sync()
 
     # -- model identity ---------------------------------------------------------
 
     def _check_model(self) -> None:
-        meta = self.items.meta()
         want = {"model_id": self.values.model_id, "layer": str(self.values.layer)}
-        if not meta.get("model_id"):
-            self.items.set_meta(want)
-            return
+        meta = self.items.claim_meta(want)  # a new store becomes this model's
         if meta.get("model_id") != want["model_id"] or meta.get("layer") != want["layer"]:
             raise StoreModelMismatch(
                 f"the memtok store holds value vectors of {meta.get('model_id')} at layer "
@@ -92,37 +100,89 @@ class MemtokStore:
         then the store is marked as that model's. Returns the items rebuilt."""
         done = 0
         for tenant, user in self.items.users():
-            batch = self.items.by_user(tenant, user)
-            if not batch:
-                continue
-            vectors = self.values.values([m.source_words for m in batch])
-            fresh = [
-                replace(
-                    m,
-                    value=vectors[i],
-                    layer=self.values.layer,
-                    model_id=self.values.model_id,
-                )
-                for i, m in enumerate(batch)
-            ]
-            self.items.put(fresh)
-            done += len(fresh)
+            with self.items.writing(tenant, user):
+                batch = self.items.by_user(tenant, user)
+                if not batch:
+                    continue
+                vectors = self.values.values([m.source_words for m in batch])
+                fresh = [
+                    replace(
+                        m,
+                        value=vectors[i],
+                        layer=self.values.layer,
+                        model_id=self.values.model_id,
+                    )
+                    for i, m in enumerate(batch)
+                ]
+                self._follow(self.items.put(fresh), fresh)
+                done += len(fresh)
         self.items.set_meta({"model_id": self.values.model_id, "layer": str(self.values.layer)})
         log.info("memtok rebuild: %d items for %s", done, self.values.model_id)
         return done
 
+    # -- the key index as the item store's projection ----------------------------
+
     def reindex_keys(self) -> None:
         """The key index again from the item store (its source of truth)."""
-        self._seq += 1
+        # The head is read first: a change another replica makes meanwhile is replayed
+        # by the next sync (replaying one is harmless: it reads the item as it is).
+        head = self.items.head()
+        self.keys.clear()
+        n = 0
         for tenant, user in self.items.users():
-            self.keys.upsert(self.items.by_user(tenant, user), self._seq)
-        self.items.set_meta({"key_seq": str(self._seq)})
-        self.keys.upsert([], self._seq)
+            items = self.items.by_user(tenant, user)
+            self.keys.upsert(items, 0)
+            n += len(items)
+        self.keys.upsert([], head)
+        log.info("memtok key index rebuilt: %d items, up to change %d", n, head)
 
-    def _next_seq(self) -> int:
-        self._seq += 1
-        self.items.set_meta({"key_seq": str(self._seq)})
-        return self._seq
+    def sync(self) -> int:
+        """Bring the key index up to the item store's last change; the items it touched
+        (-1: it was rebuilt). With one writer this only happens at open, after a crash
+        between a write and its index update; with several, before every search."""
+        head = self.items.head()
+        applied = self.keys.applied_seq()
+        if applied == head:
+            return 0
+        if applied > head:
+            # The store went back (restored, or another store): not this index's source.
+            self.reindex_keys()
+            return -1
+        touched = 0
+        while applied < head:
+            upto = min(head, applied + FEED_STEP)
+            changes = self.items.changes(applied, upto)
+            if changes is None:
+                self.reindex_keys()
+                return -1
+            gone: dict[str, list[str]] = {}
+            for tenant, memtok_id in changes.gone:
+                gone.setdefault(tenant, []).append(memtok_id)
+            # Deletions keep the old mark: a crash before the upsert below (which moves
+            # the mark to `upto`) replays the whole step.
+            for tenant, ids in gone.items():
+                self.keys.delete(tenant, ids, applied)
+            self.keys.upsert(changes.live, upto)
+            touched += len(changes.live) + len(changes.gone)
+            applied = upto
+        return touched
+
+    def _follow(
+        self, seq: int, written: Sequence[Memtok] = (), tenant: str = "", gone: Sequence[str] = ()
+    ) -> None:
+        """The key index after our write numbered `seq`: applied directly when the
+        index holds every earlier change (always, with one writer), else from the
+        change feed, which holds ours too (another replica wrote in between)."""
+        if seq <= 0:
+            return
+        applied = self.keys.applied_seq()
+        if applied == seq - 1:
+            if gone:
+                self.keys.delete(tenant, gone, seq)
+            else:
+                self.keys.upsert(written, seq)
+        elif applied < seq:
+            self.sync()
 
     # -- admission --------------------------------------------------------------
 
@@ -144,19 +204,22 @@ class MemtokStore:
             return report
         keys = self.embedder.embed([o.source_words for o in ranked])
         values = self.values.values([o.source_words for o in ranked])
-        for i, obs in enumerate(ranked):
-            key = unit(np.asarray(keys[i], dtype=np.float32))
-            target = self._merge_target(tenant, user, obs, key)
-            if target is not None:
-                report.written.append(self._merge(target, obs, key, values[i], now_us, source))
-                continue
-            if not self._make_room(tenant, user, now_us, report):
-                report.written.append(Written(obs.word, "rejected", reason="store_full"))
-                continue
-            item = self._new(tenant, user, obs, key, values[i], now_us, source)
-            self.items.put([item])
-            self.keys.upsert([item], self._next_seq())
-            report.written.append(Written(obs.word, "new", item.id, count=item.count))
+        with self.items.writing(tenant, user):
+            if self.items.shared:
+                self.sync()  # merge targets another replica wrote are candidates too
+            for i, obs in enumerate(ranked):
+                key = unit(np.asarray(keys[i], dtype=np.float32))
+                target = self._merge_target(tenant, user, obs, key)
+                if target is not None:
+                    merged = self._merge(target, obs, key, values[i], now_us, source)
+                    report.written.append(merged)
+                    continue
+                if not self._make_room(tenant, user, now_us, report):
+                    report.written.append(Written(obs.word, "rejected", reason="store_full"))
+                    continue
+                item = self._new(tenant, user, obs, key, values[i], now_us, source)
+                self._follow(self.items.put([item]), [item])
+                report.written.append(Written(obs.word, "new", item.id, count=item.count))
         return report
 
     def _merge_target(self, tenant: str, user: str, obs: Observation, key: Vector) -> Memtok | None:
@@ -192,8 +255,7 @@ class MemtokStore:
         item.keep = rules.keep_for(item, self.policy)
         item.source = Source.OPERATOR
         item.last_seen_us = max(item.last_seen_us, now_us)
-        self.items.put([item])
-        self.keys.upsert([item], self._next_seq())
+        self._follow(self.items.put([item]), [item])
         return Written(obs.word, "merged", item.id, count=item.count)
 
     def _new(
@@ -255,7 +317,7 @@ class MemtokStore:
                 packed.append(m)
                 report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
         if packed:
-            self.items.put(packed)
+            self._follow(self.items.put(packed), packed)
         victims: list[Memtok] = []
         for m in evictable:
             if used + 1.0 <= p.capacity:
@@ -265,8 +327,7 @@ class MemtokStore:
             report.removed.append(Removed(m.id, m.word, "evicted", m.keep, m.count))
         if victims:
             ids = [m.id for m in victims]
-            self.items.delete(tenant, user, ids)
-            self.keys.delete(tenant, ids, self._next_seq())
+            self._follow(self.items.delete(tenant, user, ids), tenant=tenant, gone=ids)
         return used + 1.0 <= p.capacity
 
     # -- reply buffer -----------------------------------------------------------
@@ -276,44 +337,56 @@ class MemtokStore:
     ) -> int:
         """The reply's ranked words wait here (a short, per-user buffer, in memory) until
         the next operator query: only the words it echoes are stored."""
-        buffer = self._buffers.setdefault((tenant, user), OrderedDict())
-        buffer.clear()  # a new reply replaces the previous one's words
+        buffer: OrderedDict[str, tuple[Observation, int]] = OrderedDict()
         for obs in observations:
             if obs.rank >= self.policy.min_rank and normal(obs.word):
                 buffer[normal(obs.word)] = (obs, now_us)
                 while len(buffer) > self.policy.reply_buffer:
                     buffer.popitem(last=False)
+        with self.items.writing(tenant, user):
+            # A new reply replaces the previous one's words.
+            self.buffer.replace(tenant, user, list(buffer.values()))
         return len(buffer)
 
     def promote(self, tenant: str, user: str, query: str, now_us: int) -> WriteReport:
         """Store the buffered reply words that `query` echoes (as model items); discard
         the rest."""
-        buffer = self._buffers.pop((tenant, user), None)
-        if not buffer:
-            return WriteReport()
-        words = {normal(w) for w in query.split()}
-        echoed = [obs for k, (obs, _) in buffer.items() if k in words]
-        report = self.admit(tenant, user, echoed, now_us, Source.MODEL) if echoed else WriteReport()
+        with self.items.writing(tenant, user):
+            buffer = self.buffer.take(tenant, user)
+            if not buffer:
+                return WriteReport()
+            words = {normal(w) for w in query.split()}
+            echoed = [obs for obs, _ in buffer if normal(obs.word) in words]
+            report = (
+                self.admit(tenant, user, echoed, now_us, Source.MODEL) if echoed else WriteReport()
+            )
         report.promoted = [o.word for o in echoed]
         return report
 
     def buffered(self, tenant: str, user: str) -> list[str]:
-        return [obs.word for obs, _ in self._buffers.get((tenant, user), OrderedDict()).values()]
+        return [obs.word for obs, _ in self.buffer.peek(tenant, user)]
 
     # -- reads ------------------------------------------------------------------
 
     def search(self, tenant: str, user: str, key: Vector, limit: int) -> list[tuple[Memtok, float]]:
+        if self.items.shared:
+            # One read of the feed's head when nothing changed: what any replica wrote
+            # before this call is found (read-your-writes whichever replica answers).
+            self.sync()
         hits = self.keys.search(tenant, user, unit(np.asarray(key, dtype=np.float32)), limit)
+        # Items are read back from the store: an index entry whose item is gone (erased
+        # by another replica, not yet applied here) never reaches a caller.
         found = {m.id: m for m in self.items.get(tenant, user, [i for i, _ in hits])}
         return [(found[i], s) for i, s in hits if i in found]
 
     def forget(self, tenant: str, user: str) -> int:
-        items = self.items.by_user(tenant, user)
-        ids = [m.id for m in items]
-        if ids:
-            self.items.delete(tenant, user, ids)
-            self.keys.delete(tenant, ids, self._next_seq())
-        self._buffers.pop((tenant, user), None)
+        """Erase the user: items, recorded mode and buffered reply words, in the store
+        (scrubbed as far as its engine allows) and in this process's key index; other
+        replicas' indexes drop the keys at their next sync. Returns the items erased."""
+        with self.items.writing(tenant, user):
+            ids, seq = self.items.erase(tenant, user)
+            self.buffer.drop(tenant, user)
+            self._follow(seq, tenant=tenant, gone=ids)
         return len(ids)
 
     # -- scheduled work -----------------------------------------------------------
@@ -321,6 +394,10 @@ class MemtokStore:
     def consolidate(self, tenant: str, user: str) -> WriteReport:
         """Merge near-duplicates (same word, keys within the merge distance: counts add,
         vectors average by count) and pack weak items to int8. Never deletes for age."""
+        with self.items.writing(tenant, user):
+            return self._consolidate(tenant, user)
+
+    def _consolidate(self, tenant: str, user: str) -> WriteReport:
         p = self.policy
         report = WriteReport()
         # Operator items survive a merge before model items, higher counts first.
@@ -366,32 +443,40 @@ class MemtokStore:
                 changed[m.id] = m
                 report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
         if changed:
-            self.items.put(list(changed.values()))
-            self.keys.upsert(list(changed.values()), self._next_seq())
+            kept = list(changed.values())
+            self._follow(self.items.put(kept), kept)
         if gone:
-            self.items.delete(tenant, user, sorted(gone))
-            self.keys.delete(tenant, sorted(gone), self._next_seq())
+            ids = sorted(gone)
+            self._follow(self.items.delete(tenant, user, ids), tenant=tenant, gone=ids)
         return report
 
     def mark_resurface(self, tenant: str, user: str, memtok_id: str, at_us: int) -> bool:
-        found = self.items.get(tenant, user, [memtok_id])
-        if not found:
-            return False
-        found[0].resurface_at_us = at_us
-        self.items.put(found)
+        with self.items.writing(tenant, user):
+            found = self.items.get(tenant, user, [memtok_id])
+            if not found:
+                return False
+            found[0].resurface_at_us = at_us
+            self._follow(self.items.put(found), found)
         return True
 
     def resurface(self, tenant: str, user: str, now_us: int) -> list[Memtok]:
         """Marked items whose time has come: they count as seen now (full influence
         again) and their mark is cleared."""
-        due = [
-            m
-            for m in self.items.by_user(tenant, user)
-            if m.resurface_at_us and m.resurface_at_us <= now_us
-        ]
-        for m in due:
-            m.last_seen_us = now_us
-            m.resurface_at_us = 0
-        if due:
-            self.items.put(due)
+        with self.items.writing(tenant, user):
+            due = [
+                m
+                for m in self.items.by_user(tenant, user)
+                if m.resurface_at_us and m.resurface_at_us <= now_us
+            ]
+            for m in due:
+                m.last_seen_us = now_us
+                m.resurface_at_us = 0
+            if due:
+                self._follow(self.items.put(due), due)
         return due
+
+    def trim_feed(self, now_us: int, retention_us: int) -> int:
+        """The change feed's records of items deleted longer than `retention_us` ago are
+        dropped (cluster mode; nothing to do with one writer). A replica whose index
+        is further behind rebuilds it from the items."""
+        return self.items.trim_changes(now_us - retention_us)
