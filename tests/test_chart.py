@@ -196,7 +196,7 @@ def test_cluster_mode_lifts_the_one_replica_caps() -> None:
 
 
 def test_cluster_mode_needs_a_database_url() -> None:
-    with pytest.raises(helm.HelmError, match="database.enabled needs database.existingSecret"):
+    with pytest.raises(helm.HelmError, match=r"database\.enabled needs database\.existingSecret"):
         render(merged("default", {"database": {"enabled": True}}))
 
 

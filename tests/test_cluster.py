@@ -393,3 +393,10 @@ def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(
     assert result.returncode == 0, result.stderr
     assert "4 operator turns of 2 conversations" in result.stdout
     assert "memtoks created" in result.stdout and "held back: conv-" in result.stdout
+    # Forgetting a user reaches the memtok store: their words go, and a retry erases nothing.
+    gone = _hippo(cluster, "forget", "--user", "conv-0", "--yes")
+    assert gone.returncode == 0, gone.stderr
+    erased = int(gone.stdout.split(", ")[-1].split()[0])
+    assert erased > 0, gone.stdout
+    again = _hippo(cluster, "forget", "--user", "conv-0", "--yes")
+    assert again.stdout.rstrip().endswith(", 0 memtoks"), again.stdout

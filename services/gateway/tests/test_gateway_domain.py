@@ -130,6 +130,28 @@ async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # 
     assert store.deletes == [("t", "u", None, [])]
 
 
+class FakeMemtoks:
+    """Unit-test double of the memtok store port; the real adapter (the injection
+    service's ForgetUser) is exercised by tests/test_cluster.py."""
+
+    def __init__(self) -> None:
+        self.erased: list[tuple[str, str]] = []
+
+    async def forget_user(self, tenant: str, user: str) -> int:
+        self.erased.append((tenant, user))
+        return 3
+
+
+async def test_forgetting_a_user_erases_their_memtoks_and_nothing_less_does() -> None:
+    memtoks = FakeMemtoks()
+    service = MemoryService(FakeEmbedder(), FakeStore(), memtoks=memtoks)
+    session = await service.forget("t", ForgetTarget(kind="session", user="u", session="s"))
+    some = await service.forget("t", ForgetTarget(kind="memories", user="u", memory_ids=["m"]))
+    assert memtoks.erased == [] and session.memtoks == some.memtoks == 0
+    whole = await service.forget("t", ForgetTarget(kind="user", user="u"))
+    assert memtoks.erased == [("t", "u")] and whole.memtoks == 3
+
+
 def test_api_keys_map_to_tenants() -> None:
     auth = Authenticator({"plain-key": "acme", f"sha256:{digest('hashed-key')}": "globex"})
     assert auth.tenant([("x-api-key", "plain-key")]) == "acme"

@@ -119,8 +119,15 @@ def build(settings: GatewaySettings) -> Service:
             recorder, servicer.audit = audit_recorder(settings, peer(settings.audit_addr), state)
             recorders.append(recorder)
             await recorder.start()
+        # The injection service's memtok pipeline: influence per request or per user (off
+        # by default; a service without a store answers as off), and Forget's erasure.
+        influencer = GrpcInfluencer(injection, settings.llm_timeout_seconds)
         memory = MemoryService(
-            embedder, GrpcTurnStore(retrieval), sessions=sessions, audit=recorder
+            embedder,
+            GrpcTurnStore(retrieval),
+            sessions=sessions,
+            audit=recorder,
+            memtoks=influencer,
         )
         builder = ContextBuilder(
             memory,
@@ -133,9 +140,7 @@ def build(settings: GatewaySettings) -> Service:
             memory,
             builder,
             TgiLlm(settings.llm_url, settings.llm_timeout_seconds),
-            # The injection service's memtok pipeline: influence per request or per user
-            # (off by default; a service without a store answers as off).
-            GrpcInfluencer(injection, settings.llm_timeout_seconds),
+            influencer,
         )
         servicer.context = builder
         servicer.service = memory

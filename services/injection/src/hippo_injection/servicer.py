@@ -97,3 +97,9 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             request.tenant, request.user_id, convert.mode(request.mode)
         )
         return pb.SetUserInfluenceResponse(mode=convert.mode_value(mode))
+
+    async def ForgetUser(
+        self, request: pb.ForgetUserRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForgetUserResponse:
+        erased = await self._memtok().forget(request.tenant, request.user_id)
+        return pb.ForgetUserResponse(memtoks_deleted=erased)

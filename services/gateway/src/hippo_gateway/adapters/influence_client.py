@@ -12,6 +12,7 @@ import grpc
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo.injection.v1 import injection_pb2_grpc
 from hippo_core.client import calling
+from hippo_core.errors import FailedPrecondition
 from hippo_gateway.domain.models import Generation, InfluencePlan, Piece
 
 _MODES = {
@@ -89,3 +90,12 @@ class GrpcInfluencer:
         body: dict[str, Any] = json.loads(result.audit_json)
         private: dict[str, Any] = json.loads(result.private_json or "{}")
         return body, private
+
+    async def forget_user(self, tenant: str, user: str) -> int:
+        request = pb.ForgetUserRequest(tenant=tenant, user_id=user)
+        try:
+            async with calling("injection"):
+                result = await self._stub.ForgetUser(request, timeout=self._timeout)
+        except FailedPrecondition:
+            return 0  # this deployment keeps no memtoks: nothing to erase
+        return int(result.memtoks_deleted)

@@ -261,12 +261,14 @@ def forget_event(
     requested: Sequence[str],
     erased: Sequence[str],
     sessions: int,
+    memtoks: int = 0,
 ) -> AuditEvent:
     body = {
         "target": kind,
         "requested": len(requested),
         "memories_deleted": len(erased),
         "sessions_deleted": sessions,
+        "memtoks_deleted": memtoks,
         "user_key_erased": kind == "user",
     }
     return AuditEvent(tenant, "forget", user, session or "", tuple(erased), body=body)

@@ -172,9 +172,10 @@ class AuditRecorder:
         requested: Sequence[str],
         erased: Sequence[str],
         sessions: int,
+        memtoks: int = 0,
     ) -> None:
         """Forget's record, and for a whole user the destruction of their audit key."""
-        event = forget_event(tenant, kind, user, session, requested, erased, sessions)
+        event = forget_event(tenant, kind, user, session, requested, erased, sessions, memtoks)
         erase = EraseUser(tenant, user) if kind == "user" else None
         await self.record_spooled(event, erase=erase, wait=True)
 

@@ -30,7 +30,7 @@ from hippo_gateway.domain.models import (
     TurnIn,
     TurnToStore,
 )
-from hippo_gateway.domain.ports import Embedder, Sessions, TurnStore
+from hippo_gateway.domain.ports import Embedder, Memtoks, Sessions, TurnStore
 
 
 def now_us() -> int:
@@ -56,8 +56,11 @@ class MemoryService:
         clock: Callable[[], int] = now_us,
         sessions: Sessions | None = None,
         audit: AuditRecorder | None = None,
+        memtoks: Memtoks | None = None,
     ) -> None:
         self._embedder = embedder
+        # The memtok store (injection); None = no influence pipeline in this deployment.
+        self._memtoks = memtoks
         self._store = store
         self._clock = clock
         # The session window (summariser); None = no bounded sessions in this deployment.
@@ -142,6 +145,11 @@ class MemoryService:
             sessions = await self._sessions.forget(
                 tenant, target.user, target.session, list(target.memory_ids)
             )
+        memtoks = 0
+        if self._memtoks is not None and target.kind == "user":
+            # The user's words in the memtok store (a memtok merges words of many turns:
+            # it goes with the user, not with one session or turn).
+            memtoks = await self._memtoks.forget_user(tenant, target.user)
         if self._audit is not None:
             await self._audit.forgotten(
                 tenant,
@@ -151,8 +159,9 @@ class MemoryService:
                 target.memory_ids,
                 erased,
                 sessions,
+                memtoks,
             )
-        return Forgotten(memories=len(erased), sessions=sessions)
+        return Forgotten(memories=len(erased), sessions=sessions, memtoks=memtoks)
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
         return await self._store.get(tenant, user, memory_ids) if memory_ids else []

@@ -112,6 +112,15 @@ class Influencer(Protocol):
         ...
 
 
+class Memtoks(Protocol):
+    """The injection service's memtok store, as Forget reaches it."""
+
+    async def forget_user(self, tenant: str, user: str) -> int:
+        """Erase the user's memtoks (items, buffered reply words, recorded mode); how many
+        items. 0 where the deployment has no memtok store. Idempotent."""
+        ...
+
+
 class AuditLog(Protocol):
     """The audit service, as the gateway uses it."""
 

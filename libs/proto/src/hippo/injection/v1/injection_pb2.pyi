@@ -121,6 +121,20 @@ class SetUserInfluenceResponse(_message.Message):
     mode: InfluenceMode
     def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ...) -> None: ...
 
+class ForgetUserRequest(_message.Message):
+    __slots__ = ("tenant", "user_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ...) -> None: ...
+
+class ForgetUserResponse(_message.Message):
+    __slots__ = ("memtoks_deleted",)
+    MEMTOKS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    memtoks_deleted: int
+    def __init__(self, memtoks_deleted: _Optional[int] = ...) -> None: ...
+
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
     ROLE_FIELD_NUMBER: _ClassVar[int]

@@ -75,6 +75,11 @@ class InjectionServiceStub:
                 request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.SerializeToString,
                 response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.FromString,
                 _registered_method=True)
+        self.ForgetUser = channel.unary_unary(
+                '/hippo.injection.v1.InjectionService/ForgetUser',
+                request_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserRequest.SerializeToString,
+                response_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserResponse.FromString,
+                _registered_method=True)
 
 
 class InjectionServiceServicer:
@@ -144,6 +149,15 @@ class InjectionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForgetUser(self, request, context):
+        """ForgetUser erases a user from the memtok store: items, buffered reply words and the
+        recorded mode (every replica's key index follows). Idempotent: a retry erases nothing
+        more. FAILED_PRECONDITION when this deployment has no memtok store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InjectionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +200,11 @@ def add_InjectionServiceServicer_to_server(servicer, server):
                     servicer.SetUserInfluence,
                     request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.FromString,
                     response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.SerializeToString,
+            ),
+            'ForgetUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetUser,
+                    request_deserializer=hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserRequest.FromString,
+                    response_serializer=hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +424,33 @@ class InjectionService:
             '/hippo.injection.v1.InjectionService/SetUserInfluence',
             hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceRequest.SerializeToString,
             hippo_dot_injection_dot_v1_dot_injection__pb2.SetUserInfluenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.injection.v1.InjectionService/ForgetUser',
+            hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserRequest.SerializeToString,
+            hippo_dot_injection_dot_v1_dot_injection__pb2.ForgetUserResponse.FromString,
             options,
             channel_credentials,
             insecure,
