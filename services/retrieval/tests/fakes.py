@@ -162,6 +162,9 @@ class MemoryIndex:
         self.committed = self.applied
         self.commits += 1
 
+    def writable(self) -> bool:
+        return True
+
     def applied_seq(self) -> int:
         return self.committed
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from fakes import MemoryIndex, MemoryStore
@@ -89,3 +92,34 @@ def test_search_stays_in_scope_and_checks_arguments(parts) -> None:  # type: ign
         retriever.search(Scope("t1", "u1"), "x", None, Mode.LEXICAL, 101)
     with pytest.raises(InvalidArgument, match="vector"):
         retriever.search(Scope("t1", "u1"), "x", None, Mode.SEMANTIC, 5)
+
+
+class OthersIndex(MemoryIndex):
+    """A vector index another replica writes: never writable here; its applied seq is
+    whatever that writer recorded."""
+
+    def writable(self) -> bool:
+        return False
+
+    def apply(self, changes) -> None:  # type: ignore[no-untyped-def]
+        raise AssertionError("a replica that is not the writer must not write")
+
+
+def test_a_replica_that_does_not_write_the_shared_index_applies_only_its_own(parts) -> None:  # type: ignore[no-untyped-def]
+    store, lexical, _ = parts
+    shared = OthersIndex()
+    store.append([_turn(i, f"text {i}", [1, i]) for i in range(3)])
+    projector = Projector(store, lexical, shared)
+    done: list[int] = []
+    waiter = threading.Thread(target=lambda: done.append(projector.catch_up(wait_shared=True)))
+    waiter.start()
+    time.sleep(0.2)
+    # Its own index is caught up, the shared one is not: it keeps waiting (not serving).
+    assert lexical.applied_seq() == 3 and done == [] and projector.visible_seq() == 0
+    shared.committed = 3  # the writer got there
+    waiter.join(timeout=5)
+    assert done == [3] and projector.visible_seq() == 3
+    # Without waiting (a shutdown), it stops once its own index is done.
+    store.append([_turn(9, "late", [1, 0])])
+    assert projector.catch_up() == 1
+    assert lexical.applied_seq() == 4 and projector.visible_seq() == 3

@@ -265,3 +265,48 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
             assert not any(retry.created)
             assert stub.Status(retrieval_pb2.StatusRequest(), timeout=5).turns == 100
         assert again.terminate() == 0
+
+
+def test_two_processes_in_cluster_mode_share_the_store(tmp_path: Path, postgres_url: str) -> None:
+    """The wiring of cluster mode (`DATABASE__URL` set): two replica processes, one
+    PostgreSQL. A write waited for through one is found through the other at once; a
+    delete through the other is gone from both; both report the same feed."""
+    envs = [
+        {
+            f"{PREFIX}DATA_DIR": str(tmp_path / name),
+            f"{PREFIX}DIMENSION": str(DIM),
+            f"{PREFIX}DATABASE__URL": postgres_url,
+            f"{PREFIX}COMMIT_INTERVAL_SECONDS": "30",  # only the writer's wait can explain a hit
+        }
+        for name in ("a", "b")
+    ]
+    with (
+        service_process("hippo_retrieval", PREFIX, envs[0]) as a,
+        service_process("hippo_retrieval", PREFIX, envs[1]) as b,
+    ):
+        wait_for(a.addr, FULL_NAME, timeout=60)
+        wait_for(b.addr, FULL_NAME, timeout=60)
+        with grpc.insecure_channel(a.addr) as ca, grpc.insecure_channel(b.addr) as cb:
+            stub_a = retrieval_pb2_grpc.RetrievalServiceStub(ca)
+            stub_b = retrieval_pb2_grpc.RetrievalServiceStub(cb)
+            turns = [new_turn("quokka sightings near the ferry", 900)]
+            reply = stub_a.Write(
+                retrieval_pb2.WriteRequest(tenant="acme", turns=turns, wait_searchable=True),
+                timeout=10,
+            )
+            assert reply.searchable
+            lexical = memory_pb2.RECALL_MODE_LEXICAL
+            hits = search(stub_b, "acme", "quokka", mode=lexical).hits
+            assert [h.memory.memory_id for h in hits] == [turns[0].memory_id]
+            erased = stub_b.Delete(
+                retrieval_pb2.DeleteRequest(tenant="acme", user_id="u1"), timeout=10
+            )
+            assert list(erased.memory_ids) == [turns[0].memory_id]
+            assert search(stub_a, "acme", "quokka", mode=lexical).hits == []
+            status_a = stub_a.Status(retrieval_pb2.StatusRequest(), timeout=5)
+            status_b = stub_b.Status(retrieval_pb2.StatusRequest(), timeout=5)
+            assert status_a.last_seq == status_b.last_seq == 2
+            assert status_a.turns == status_b.turns == 0
+            assert status_a.lexical_seq == status_a.last_seq  # the erasure applied on A too
+        assert not (tmp_path / "a" / "turns.sqlite3").exists()  # the store is PostgreSQL
+        assert a.terminate() == 0 and b.terminate() == 0

@@ -150,6 +150,10 @@ async def test_bad_requests_name_the_field(service: RetrievalService) -> None:
         bad = turn("x")
         object.__setattr__(bad, "vector", np.ones(3, np.float32))
         await service.write("t1", [bad], False, None)
+    with pytest.raises(InvalidArgument, match=r"turns\[0\]\.text: must not contain NUL"):
+        await service.write("t1", [turn("a\x00b")], False, None)
+    with pytest.raises(InvalidArgument, match="user_id: must not contain NUL"):
+        await service.search(Scope("t1", "u\x00"), "q", None, Mode.LEXICAL, 5)
     with pytest.raises(InvalidArgument, match="tenant: is required"):
         await service.write("", [turn("x")], False, None)
     with pytest.raises(InvalidArgument, match=r"turns: must hold 1\.\.64"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -10,7 +11,9 @@ import grpc
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.server.app import Service, run
 from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
+from hippo_retrieval.adapters.shared_vectors import WriterLease
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
+from hippo_retrieval.domain.ports import Replicas, TurnStore
 from hippo_retrieval.domain.retriever import LEXICAL, SEMANTIC, FusionConfig
 from hippo_retrieval.domain.service import ProjectionConfig, RetrievalService
 from hippo_retrieval.domain.validation import Limits
@@ -20,8 +23,15 @@ from hippo_retrieval.settings import RetrievalSettings
 FULL_NAME = retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name
 
 
-def domain(settings: RetrievalSettings) -> RetrievalService:
-    """The domain service over its stores (not yet opened: `open()` catches up)."""
+def _nothing() -> None:
+    pass
+
+
+def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], None]]:
+    """The domain service over its stores (not yet opened: `open()` catches up), and what
+    to close after it. The engine follows `database.url`: empty, the embedded SQLite
+    store; set, cluster mode (the shared PostgreSQL store, the other replicas, and the
+    shared collection's writer lease when vectors are on a Qdrant server)."""
     root = Path(settings.data_dir)
     server = None
     if settings.qdrant_url:
@@ -31,9 +41,35 @@ def domain(settings: RetrievalSettings) -> RetrievalService:
             settings.qdrant_collection,
             settings.qdrant_timeout_seconds,
         )
-    return RetrievalService(
-        SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root, dimension=settings.dimension, server=server),
+    store: TurnStore
+    replicas: Replicas | None = None
+    lease: WriterLease | None = None
+    release: Callable[[], None] = _nothing
+    if not settings.database.url.get_secret_value():
+        store = SqliteTurnStore(root / "turns.sqlite3")
+    else:
+        # Imported here: psycopg stays out of the embedded default's start-up.
+        from hippo_core.postgres import Database
+        from hippo_retrieval.adapters import postgres_store
+        from hippo_retrieval.adapters.replicas import PostgresReplicas
+
+        database = Database(
+            settings.database, schema=postgres_store.SCHEMA, application="retrieval"
+        )
+        database.open(postgres_store.MIGRATIONS)
+        release = database.close
+        store = postgres_store.PostgresTurnStore(database)
+        replicas = PostgresReplicas(
+            database,
+            settings.replica_name(),
+            heartbeat_s=settings.replica_heartbeat_seconds,
+            expiry_s=settings.replica_expiry_seconds,
+        )
+        if server is not None:
+            lease = database.lease(f"vector-projector:{server.shared_name}")
+    service = RetrievalService(
+        store,
+        LocalIndexSet(root, dimension=settings.dimension, server=server, lease=lease),
         fusion=FusionConfig(
             k=settings.rrf_k,
             weights={LEXICAL: settings.lexical_weight, SEMANTIC: settings.semantic_weight},
@@ -44,12 +80,14 @@ def domain(settings: RetrievalSettings) -> RetrievalService:
         projection=ProjectionConfig(settings.commit_interval_seconds, settings.commit_every),
         limits=Limits(max_turns=settings.max_turns_per_write, dimension=settings.dimension),
         threads=settings.threads,
+        replicas=replicas,
     )
+    return service, release
 
 
 def build(settings: RetrievalSettings) -> Service:
     servicer = RetrievalServicer()
-    opened: list[RetrievalService] = []
+    opened: list[tuple[RetrievalService, Callable[[], None]]] = []
 
     def register(server: grpc.aio.Server) -> None:
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(servicer, server)
@@ -57,14 +95,17 @@ def build(settings: RetrievalSettings) -> Service:
     async def warmup() -> None:
         # Off the event loop: catching up a large backlog takes a while, and health must
         # keep answering NOT_SERVING meanwhile.
-        service = await asyncio.to_thread(domain, settings)
-        opened.append(service)
+        service, release = await asyncio.to_thread(domain, settings)
+        opened.append((service, release))
         await asyncio.to_thread(service.open)
         servicer.service = service
 
     async def close() -> None:
-        for service in opened:
-            await asyncio.to_thread(service.close)
+        for service, release in opened:
+            try:
+                await asyncio.to_thread(service.close)
+            finally:
+                release()
 
     return Service("retrieval", [FULL_NAME], register, warmup, close)
 

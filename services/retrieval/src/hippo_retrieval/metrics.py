@@ -34,6 +34,23 @@ LAG = Gauge(
     ["index"],
 )
 REINDEXES = Counter("hippo_retrieval_reindexes", "Completed index rebuilds.")
+VISIBLE_WAIT = Histogram(
+    "hippo_retrieval_visible_wait_seconds",
+    "Time a write waited to become searchable (wait_searchable writes and deletes): here "
+    "and, in cluster mode, on every other live replica. outcome = visible or timeout.",
+    ["outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+REPLICAS = Gauge(
+    "hippo_retrieval_replicas",
+    "Retrieval replicas sharing the turn store with a fresh heartbeat, this one included "
+    "(cluster mode; 1 in the embedded default).",
+)
+VECTOR_WRITER = Gauge(
+    "hippo_retrieval_vector_writer",
+    "1 while this replica is the one writer of the vector index shared by all replicas "
+    "(cluster mode with a Qdrant server); 0 otherwise.",
+)
 
 
 def record_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
@@ -52,3 +69,6 @@ for _label in ("lexical", "semantic"):
     CANDIDATES.labels(_label)
 for _label in ("created", "existing"):
     WRITES.labels(_label)
+for _label in ("visible", "timeout"):
+    VISIBLE_WAIT.labels(_label)
+REPLICAS.set(1)

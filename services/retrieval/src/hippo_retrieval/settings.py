@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+import hashlib
+import socket
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from hippo_core.settings import ServiceSettings
+from hippo_core.settings import DatabaseSettings, ServiceSettings
 
 
 class RetrievalSettings(ServiceSettings):
@@ -17,8 +21,35 @@ class RetrievalSettings(ServiceSettings):
     )
     data_dir: str = Field(
         "var/retrieval",
-        description="Where the turn store (turns.sqlite3) and the local indexes live. "
-        "Losing the indexes costs a rebuild; losing turns.sqlite3 loses the memories.",
+        description="Where the turn store (turns.sqlite3, embedded default) and this "
+        "replica's indexes live. Losing the indexes costs a rebuild; losing turns.sqlite3 "
+        "loses the memories (in cluster mode they are in PostgreSQL).",
+    )
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings,
+        description="The turn store: empty URL = SQLite under data_dir (one replica); a "
+        "PostgreSQL URL = cluster mode, every replica sharing the store (schema "
+        "hippo_retrieval) and projecting it into indexes of its own.",
+    )
+    replica_id: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9._:-]{0,200}$",
+        description="Cluster mode: this replica's name among the others (read-your-writes "
+        "waits for each). Empty: the host name and a digest of data_dir, stable across "
+        "restarts of the same replica. Two live replicas must never share one.",
+    )
+    replica_heartbeat_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Cluster mode: how often a replica publishes what it can search "
+        "(at once, too, when a writer waits for it).",
+    )
+    replica_expiry_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="Cluster mode: a replica silent this long is no longer waited for by "
+        "wait_searchable writes (the longest a dead replica can delay them). At least "
+        "twice the heartbeat.",
     )
     dimension: int = Field(
         384, ge=1, le=65536, description="Vector size; must match the embedding model."
@@ -35,7 +66,8 @@ class RetrievalSettings(ServiceSettings):
         "hippo_turns",
         pattern=r"^[A-Za-z0-9_-]{1,200}$",
         description="Collection name prefix on the Qdrant server; generation n of the "
-        "index is `<prefix>_g<n>`. Give each retrieval shard its own prefix.",
+        "index is `<prefix>_g<n>`; in cluster mode every replica shares `<prefix>_shared`. "
+        "Give each retrieval deployment its own prefix.",
     )
     qdrant_timeout_seconds: float = Field(
         5.0, gt=0, description="Deadline of each call to the Qdrant server."
@@ -83,3 +115,19 @@ class RetrievalSettings(ServiceSettings):
     threads: int = Field(
         4, ge=1, le=64, description="Worker threads for store and index calls (blocking I/O)."
     )
+
+    @model_validator(mode="after")
+    def _heartbeat_below_expiry(self) -> RetrievalSettings:
+        if self.replica_expiry_seconds < 2 * self.replica_heartbeat_seconds:
+            raise ValueError(
+                "replica_expiry_seconds must be at least twice replica_heartbeat_seconds: "
+                "one late heartbeat must not drop a live replica"
+            )
+        return self
+
+    def replica_name(self) -> str:
+        """`replica_id`, or one derived from the host and the data dir."""
+        if self.replica_id:
+            return self.replica_id
+        where = str(Path(self.data_dir).resolve())
+        return f"{socket.gethostname()}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"

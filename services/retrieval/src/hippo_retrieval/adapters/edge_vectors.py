@@ -257,6 +257,9 @@ class EdgeVectorIndex:
                 write_json_atomic(self._sidecar, {"applied_seq": last})
                 self._applied = last
 
+    def writable(self) -> bool:
+        return True  # one owner per shard: always this process
+
     def applied_seq(self) -> int:
         with self._lock:
             return self._applied

@@ -9,6 +9,11 @@ Layout under the data dir:
 With a Qdrant server, the vectors of generation n live in the collection
 `<collection>_g<n>` (and its `_meta` companion) instead; the Tantivy index stays local.
 A missing CURRENT means generation 1, so a fresh data dir needs no setup.
+
+Cluster mode with a Qdrant server (`lease` given): every replica searches one collection,
+`<collection>_shared`, written by the lease holder (shared_vectors.py). It belongs to no
+generation: a replica's reindex rebuilds its own Tantivy index and leaves the collection
+alone (other replicas are searching it); docs/recall.md says how to rebuild it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from qdrant_client import QdrantClient
 from hippo_core.files import write_atomic
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
+from hippo_retrieval.adapters.shared_vectors import LeasedVectorIndex, WriterLease
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
 
@@ -66,18 +72,33 @@ class QdrantServer:
     def name(self, generation: int) -> str:
         return f"{self.collection}_g{generation}"
 
+    @property
+    def shared_name(self) -> str:
+        """The one collection of cluster mode, shared by every replica."""
+        return f"{self.collection}_shared"
+
 
 class LocalIndexSet:
     """`IndexSet` with Tantivy on local disk and vectors in an edge shard, or on a Qdrant
-    server when `server` is given."""
+    server when `server` is given: per generation, or (given `lease`, cluster mode) in
+    the one collection every replica shares."""
 
     def __init__(
-        self, root: Path, *, dimension: int = 384, server: QdrantServer | None = None
+        self,
+        root: Path,
+        *,
+        dimension: int = 384,
+        server: QdrantServer | None = None,
+        lease: WriterLease | None = None,
     ) -> None:
+        if lease is not None and server is None:
+            raise ValueError("a shared vector index needs a Qdrant server")
         self._root = Path(root) / "indexes"
         self._root.mkdir(parents=True, exist_ok=True)
         self._dimension = dimension
         self._server = server
+        self._lease = lease
+        self._shared: LeasedVectorIndex | None = None
 
     @property
     def vector_backend(self) -> str:
@@ -106,28 +127,38 @@ class LocalIndexSet:
             vectors: VectorIndex
             if self._server is None:
                 vectors = EdgeVectorIndex(folder / "vectors", self._dimension)
+            elif self._lease is not None:
+                vectors = self._shared_index(self._server, self._lease)
             else:
-                client = self._server.client()
-                try:
-                    vectors = QdrantVectorIndex(
-                        client,
-                        collection=self._server.name(generation),
-                        dimension=self._dimension,
-                        concurrent_searches=self._server.concurrent_searches,
-                    )
-                except BaseException:
-                    client.close()
-                    raise
+                vectors = self._collection(self._server, self._server.name(generation))
         except BaseException:
             lexical.close()
             raise
         return lexical, vectors
 
+    def _collection(self, server: QdrantServer, name: str) -> QdrantVectorIndex:
+        client = server.client()
+        try:
+            return QdrantVectorIndex(
+                client,
+                collection=name,
+                dimension=self._dimension,
+                concurrent_searches=server.concurrent_searches,
+            )
+        except BaseException:
+            client.close()
+            raise
+
+    def _shared_index(self, server: QdrantServer, lease: WriterLease) -> LeasedVectorIndex:
+        if self._shared is None:
+            self._shared = LeasedVectorIndex(self._collection(server, server.shared_name), lease)
+        return self._shared
+
     def remove(self, generation: int) -> None:
         folder = self._dir(generation)
         if folder.exists():
             shutil.rmtree(folder)
-        if self._server is not None:
+        if self._server is not None and self._lease is None:
             name = self._server.name(generation)
             client = self._server.client()
             try:
@@ -136,3 +167,9 @@ class LocalIndexSet:
                         client.delete_collection(collection)
             finally:
                 client.close()
+
+    def close(self) -> None:
+        """Hand the shared collection's writer lease back and close it (cluster mode)."""
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.shutdown()

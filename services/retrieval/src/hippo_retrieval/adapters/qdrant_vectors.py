@@ -198,8 +198,21 @@ class QdrantVectorIndex:
                 self._write_applied(last)
                 self._applied = last
 
+    def writable(self) -> bool:
+        """True: this object writes whenever asked. Shared by replicas, it is wrapped by
+        shared_vectors.LeasedVectorIndex, which decides who writes."""
+        return True
+
     def applied_seq(self) -> int:
         with self._lock:
+            return self._applied
+
+    def reload_applied(self) -> int:
+        """Read the applied seq back from the collection: another replica may have
+        written it since (cluster mode, where one replica at a time writes)."""
+        with self._lock:
+            self._require_open()
+            self._applied = self._read_applied()
             return self._applied
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:

@@ -2,9 +2,11 @@
 
 Every turn is written here before any index sees it; Tantivy and Qdrant are projections
 that can be rebuilt from this file alone (the vector is kept for that reason, so a rebuild
-never re-embeds). Hence the durability settings: WAL mode with `synchronous=FULL`, so
-`append` returns only after its transaction is committed and fsynced — an acknowledged
-turn survives a crash or power cut.
+never re-embeds). The file is opened by `hippo_core.sqlite.open_store` (WAL checked,
+`synchronous=FULL`, `secure_delete`, `busy_timeout`, numbered migrations), so `append`
+returns only after its transaction is committed and fsynced — an acknowledged turn
+survives a crash or power cut. The cluster engine is `postgres_store.py`, with the same
+contract (the store tests run against both).
 
 Puts and deletions draw their seq from ONE monotonically increasing sequence (the
 `changes` table's AUTOINCREMENT key; a turn's seq is the seq of its put). A projection
@@ -16,35 +18,36 @@ Tenancy is applied in SQL (`WHERE tenant = ? AND user_id = ?`) in every read and
 never by filtering rows in Python afterwards.
 
 Erasure means the text is gone from the file, not just unreachable: `secure_delete`
-zeroes freed content, and a delete ends with a truncating WAL checkpoint (see `delete`).
+zeroes freed content, and a delete ends with a truncating WAL checkpoint (`purge_wal`).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from hippo_core import sqlite as hippo_sqlite
 from hippo_core.errors import FailedPrecondition, InvalidArgument
-from hippo_retrieval.domain.models import Change, Deletion, NewTurn, Role, StoredTurn, Vector
+from hippo_retrieval.adapters.turn_rows import (
+    TURN_COLUMNS,
+    Row,
+    feed_entries,
+    from_row,
+    stored,
+    to_row,
+)
+from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn
 
-_log = logging.getLogger(__name__)
+NAME = "turn store"
 
-SCHEMA_VERSION = 1
-
-# SQLite's default limit on bound parameters is 32766 since 3.32, but older builds allow
-# only 999; chunking keeps `IN (...)` lists portable.
-_MAX_IN = 500
-
-_SCHEMA = """
+# Version 1 is the layout every earlier build wrote (under user_version 1): it must never
+# change, or files written by those builds would no longer open. Changes are new entries.
+MIGRATIONS: list[hippo_sqlite.Migration] = [
+    """
 CREATE TABLE changes (
     seq       INTEGER PRIMARY KEY AUTOINCREMENT,
     op        TEXT NOT NULL CHECK (op IN ('put', 'delete', 'touch')),
@@ -76,17 +79,13 @@ CREATE TABLE sessions (
 CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id, position);
 CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
 """
+]
 
 # Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
 # would otherwise pick the user's own index (turns_by_time) and scan every turn of the user
 # (105 ms at 100k turns for 200 ids), instead of probing UNIQUE (tenant, memory_id) (2 ms).
 # The user is still checked on every row found.
 BY_ID_USER = "+t.user_id = ?"
-
-_TURN_COLUMNS = (
-    "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
-    "t.client_id, t.metadata, t.vector, t.position"
-)
 
 
 class SqliteTurnStore:
@@ -95,58 +94,11 @@ class SqliteTurnStore:
     unguarded."""
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
-        self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._closed = False
-        # isolation_level=None: no implicit transactions; every write opens its own
-        # BEGIN IMMEDIATE so the write lock is taken up front, not on the first UPDATE.
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        try:
-            self._configure(conn, busy_timeout_ms)
-            self._migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-
-    # -- setup -------------------------------------------------------------------------
-
-    @staticmethod
-    def _configure(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            # Some filesystems (network mounts) cannot hold a WAL; running in another mode
-            # would silently change the durability we promise.
-            raise FailedPrecondition(f"turn store: journal_mode WAL not available (got {mode})")
-        # FULL, not NORMAL: in WAL mode NORMAL may lose the last commits on power loss,
-        # and an acknowledged turn must not be lost.
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        # Zero freed content, so erased text does not linger in free pages or cells.
-        conn.execute("PRAGMA secure_delete = ON")
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif version != SCHEMA_VERSION:
-                # A newer binary wrote this file; guessing its layout could corrupt it.
-                raise FailedPrecondition(
-                    f"turn store: schema version {version} is not supported "
-                    f"(this build knows {SCHEMA_VERSION})"
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        self._conn = hippo_sqlite.open_store(
+            Path(path), NAME, MIGRATIONS, busy_timeout_ms=busy_timeout_ms
+        )
 
     @contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
@@ -157,17 +109,8 @@ class SqliteTurnStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._locked() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                # A failed COMMIT can leave the transaction open; never leave the shared
-                # connection mid-transaction for the next caller.
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        with self._locked() as conn, hippo_sqlite.transaction(conn):
+            yield conn
 
     # -- TurnStore ---------------------------------------------------------------------
 
@@ -181,7 +124,7 @@ class SqliteTurnStore:
         """
         if not turns:
             return []
-        rows = [_to_row(turn) for turn in turns]  # validate before taking the write lock
+        rows = [to_row(turn) for turn in turns]  # validate before taking the write lock
         out: list[tuple[StoredTurn, bool]] = []
         with self._transaction() as conn:
             for turn, row in zip(turns, rows, strict=True):
@@ -202,16 +145,15 @@ class SqliteTurnStore:
         wanted = list(dict.fromkeys(memory_ids))
         found: dict[str, StoredTurn] = {}
         with self._locked() as conn:
-            for start in range(0, len(wanted), _MAX_IN):
-                chunk = wanted[start : start + _MAX_IN]
+            for chunk in hippo_sqlite.chunks(wanted):
                 marks = ",".join("?" * len(chunk))
                 cursor = conn.execute(
-                    f"SELECT {_TURN_COLUMNS} FROM turns t "
+                    f"SELECT {TURN_COLUMNS} FROM turns t "
                     f"WHERE t.tenant = ? AND {BY_ID_USER} AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 )
                 for row in cursor:
-                    turn = _from_row(row)
+                    turn = from_row(row)
                     found[turn.memory_id] = turn
         return [found[i] for i in wanted if i in found]
 
@@ -228,21 +170,14 @@ class SqliteTurnStore:
             raise InvalidArgument("limit", "must be at least 1")
         with self._locked() as conn:
             rows = conn.execute(
-                f"SELECT c.seq, c.op, c.tenant, c.memory_id, {_TURN_COLUMNS} "
+                f"SELECT c.seq, c.op, c.tenant, c.memory_id, {TURN_COLUMNS} "
                 "FROM changes c LEFT JOIN turns t ON t.tenant = c.tenant "
                 "AND t.memory_id = c.memory_id AND (c.op = 'touch' OR t.seq = c.seq) "
                 "WHERE c.seq > ? AND (c.op = 'delete' OR t.seq IS NOT NULL) "
                 "ORDER BY c.seq LIMIT ?",
                 (after_seq, limit),
             ).fetchall()
-        out: list[Change] = []
-        for row in rows:
-            seq, op, tenant, memory_id = row[:4]
-            if op == "delete":
-                out.append(Deletion(seq=int(seq), tenant=str(tenant), memory_id=str(memory_id)))
-            else:
-                out.append(replace(_from_row(row[4:]), seq=int(seq)))
-        return out
+        return feed_entries(rows)
 
     def previous(self, turns: Sequence[StoredTurn]) -> dict[str, StoredTurn]:
         """For each turn, the live turn just before it in its session (by position), keyed
@@ -251,12 +186,12 @@ class SqliteTurnStore:
         with self._locked() as conn:
             for turn in turns:
                 row = conn.execute(
-                    f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.user_id = ? "
+                    f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.user_id = ? "
                     "AND t.session_id = ? AND t.position < ? ORDER BY t.position DESC LIMIT 1",
                     (turn.tenant, turn.user, turn.session, turn.position),
                 ).fetchone()
                 if row is not None:
-                    out[turn.memory_id] = _from_row(row)
+                    out[turn.memory_id] = from_row(row)
         return out
 
     def locate(
@@ -266,8 +201,7 @@ class SqliteTurnStore:
         wanted = list(dict.fromkeys(memory_ids))
         out: dict[str, tuple[str, int]] = {}
         with self._locked() as conn:
-            for start in range(0, len(wanted), _MAX_IN):
-                chunk = wanted[start : start + _MAX_IN]
+            for chunk in hippo_sqlite.chunks(wanted):
                 marks = ",".join("?" * len(chunk))
                 for memory_id, session, position in conn.execute(
                     "SELECT memory_id, session_id, position FROM turns t WHERE t.tenant = ? "
@@ -295,8 +229,7 @@ class SqliteTurnStore:
             victims: list[tuple[int, str, str, int]] = []
             columns = "seq, memory_id, session_id, position"
             if ids:
-                for start in range(0, len(ids), _MAX_IN):
-                    chunk = ids[start : start + _MAX_IN]
+                for chunk in hippo_sqlite.chunks(ids):
                     marks = ",".join("?" * len(chunk))
                     victims += conn.execute(
                         f"SELECT {columns} FROM turns WHERE {by_ids} AND memory_id IN ({marks})",
@@ -339,7 +272,11 @@ class SqliteTurnStore:
                 params,
             )
         if victims:
-            self._purge_wal()
+            # The WAL still holds the frames written while the erased turns were live;
+            # a reader in another process can block the purge (logged): the erasure is
+            # committed and the next purge or the last close completes the scrub.
+            with self._locked() as conn:
+                hippo_sqlite.purge_wal(conn, NAME)
         return [str(memory_id) for _, memory_id, _, _ in victims]
 
     def last_seq(self) -> int:
@@ -372,28 +309,16 @@ class SqliteTurnStore:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _purge_wal(self) -> None:
-        # The WAL still holds the frames written when the erased turns were stored, and a
-        # normal checkpoint only rewinds the WAL without shrinking it, so those frames
-        # (with the text) could sit in the -wal file indefinitely. TRUNCATE copies the
-        # zeroed pages into the main file and cuts the WAL to zero bytes.
-        with self._locked() as conn:
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            # The delete is committed; only the scrub waits. A reader in another process
-            # holds the WAL; the next delete or the last close completes it.
-            _log.warning("turn store: WAL checkpoint after delete was blocked by a reader")
-
     @staticmethod
     def _find(conn: sqlite3.Connection, tenant: str, memory_id: str) -> StoredTurn | None:
         row = conn.execute(
-            f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.memory_id = ?",
+            f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.tenant = ? AND t.memory_id = ?",
             (tenant, memory_id),
         ).fetchone()
-        return _from_row(row) if row is not None else None
+        return from_row(row) if row is not None else None
 
     @staticmethod
-    def _insert(conn: sqlite3.Connection, turn: NewTurn, row: _Row) -> StoredTurn:
+    def _insert(conn: sqlite3.Connection, turn: NewTurn, row: Row) -> StoredTurn:
         # The put's change-log seq becomes the turn's seq: one sequence for puts and
         # deletes, so the feed and the rows can never disagree about order.
         cursor = conn.execute(
@@ -416,72 +341,4 @@ class SqliteTurnStore:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, *row, position),
         )
-        return StoredTurn(
-            seq=seq,
-            memory_id=turn.memory_id,
-            tenant=turn.tenant,
-            user=turn.user,
-            session=turn.session,
-            role=Role(turn.role),
-            text=turn.text,
-            time_us=turn.time_us,
-            client_id=turn.client_id,
-            metadata=dict(turn.metadata),
-            vector=_decode_vector(row[-1]),
-            position=int(position),
-        )
-
-
-_Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None]
-
-
-def _to_row(turn: NewTurn) -> _Row:
-    blob: bytes | None = None
-    if turn.vector is not None:
-        vector = np.asarray(turn.vector)
-        if vector.ndim != 1:
-            raise InvalidArgument("vector", "must be one-dimensional")
-        # Fixed little-endian float32, so the file means the same on any machine.
-        blob = vector.astype("<f4").tobytes()
-    return (
-        turn.memory_id,
-        turn.tenant,
-        turn.user,
-        turn.session,
-        Role(turn.role).value,
-        turn.text,
-        turn.time_us,
-        turn.client_id,
-        _encode_metadata(turn.metadata),
-        blob,
-    )
-
-
-def _encode_metadata(metadata: Mapping[str, str]) -> str:
-    # Sorted keys: equal metadata is byte-equal, so rows compare and hash stably.
-    return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False)
-
-
-def _decode_vector(blob: bytes | None) -> Vector | None:
-    if blob is None:
-        return None
-    # frombuffer shares the (immutable) bytes; the copy gives callers their own array.
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32, copy=True)
-
-
-def _from_row(row: Sequence[Any]) -> StoredTurn:
-    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob, pos = row
-    return StoredTurn(
-        seq=int(seq),
-        memory_id=str(memory_id),
-        tenant=str(tenant),
-        user=str(user),
-        session=str(session),
-        role=Role(role),
-        text=str(text),
-        time_us=int(time_us),
-        client_id=str(client_id),
-        metadata={str(k): str(v) for k, v in json.loads(meta).items()},
-        vector=_decode_vector(blob),
-        position=int(pos),
-    )
+        return stored(turn, row, seq, int(position))

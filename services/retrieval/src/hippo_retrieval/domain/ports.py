@@ -3,11 +3,16 @@
 The turn store is the source of truth; both indexes are projections that remember the
 last sequence number they applied and catch up from the store's change feed. Every
 method takes the tenant (and user) and applies it inside the adapter.
+
+In cluster mode several replicas share one turn store (PostgreSQL); each keeps its own
+projections, except a vector index shared by all (a Qdrant server collection), which one
+replica at a time writes (`VectorIndex.writable`). `Replicas` is how a replica learns of
+the others' writes and makes a write searchable on all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from hippo_retrieval.domain.models import Candidate, Change, NewTurn, Scope, StoredTurn, Vector
@@ -80,7 +85,15 @@ class VectorIndex(Protocol):
     """Cosine nearest neighbours over turn vectors, scoped like LexicalIndex."""
 
     def apply(self, changes: Sequence[Change]) -> None:
-        """Upsert the turns that carry a vector, delete the deleted; durable on return."""
+        """Upsert the turns that carry a vector, delete the deleted; durable on return.
+        Only while `writable()`."""
+        ...
+
+    def writable(self) -> bool:
+        """Whether this replica applies changes to the index now: always for an index of
+        its own; for one shared by every replica, only while it is that index's one
+        writer (it tries to become it). When False, another replica applies the feed and
+        `applied_seq()` reports that replica's progress."""
         ...
 
     def applied_seq(self) -> int: ...
@@ -108,10 +121,47 @@ class IndexSet(Protocol):
         ...
 
     def remove(self, generation: int) -> None:
-        """Delete the generation's indexes; they must be closed. Absent is not an error."""
+        """Delete the generation's indexes; they must be closed. Absent is not an error.
+        A vector index shared by all replicas is not the generation's to delete."""
+        ...
+
+    def close(self) -> None:
+        """Release what the set holds beyond its generations (a shared index's writer
+        lease); after every generation is closed."""
         ...
 
     @property
     def vector_backend(self) -> str:
         """ "edge" or "qdrant", for status and logs."""
+        ...
+
+
+class Replicas(Protocol):
+    """The other replicas of this service, sharing its turn store (cluster mode; the
+    embedded default has none). Each projects the shared feed into its own indexes, so a
+    write waited for must be searchable on all of them: the next search may go to any."""
+
+    def join(self, visible_seq: int, wake: Callable[[bool], None]) -> None:
+        """Announce this replica, searchable up to `visible_seq`. From now on call
+        `wake(urgent)` when the feed may have grown through another replica (urgent: a
+        writer waits to see it, so make it searchable now rather than at the next batch)."""
+        ...
+
+    def progress(self, visible_seq: int) -> None:
+        """This replica is searchable up to `visible_seq` now (cheap: never blocks)."""
+        ...
+
+    def want(self, seq: int) -> int | None:
+        """A writer here waits until `seq` is searchable on every live replica: ask them
+        to hurry. Returns the lowest searchable seq among the other live replicas (None
+        when there are none). Blocking (a database round trip)."""
+        ...
+
+    def others_visible(self) -> int | None:
+        """The lowest searchable seq among the other live replicas, as last heard (a
+        replica that stopped heartbeating is left out); None when there are none. Cheap."""
+        ...
+
+    def close(self) -> None:
+        """Leave: the others stop waiting for this replica at once."""
         ...

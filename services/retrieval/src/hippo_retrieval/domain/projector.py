@@ -6,6 +6,11 @@ change feed to the indexes on its own thread. Tantivy commits are batched (every
 and a segment each); the vector index is durable per apply. Each index records the last
 seq it applied, so at start `catch_up()` replays only what it missed, and `rebuild()` is
 the same from seq 0 into empty indexes.
+
+A vector index shared by several replicas (cluster mode, a Qdrant server collection) is
+written by one of them at a time (`VectorIndex.writable()`, asked at every step). The
+others apply only their own lexical index and take the shared index's recorded seq as
+its progress, so what they call searchable is what really is.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from hippo_retrieval.domain.models import Change, StoredTurn
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
+# How often a replica starting up looks again whether the shared vector index's writer
+# has caught up (it serves only once it has), and how often it says it is still waiting.
+SHARED_POLL_S = 0.05
+SHARED_LOG_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,8 @@ class Projector:
         self._lexical_applied = lexical.applied_seq()
         self._lexical_committed = self._lexical_applied
         self._vector_applied = vectors.applied_seq()
+        # Whether the last step wrote the vector index itself (see the module docstring).
+        self._vector_writer = True
 
     def lag(self) -> tuple[int, int]:
         """Sequence numbers not yet searchable in (lexical, vector)."""
@@ -63,32 +74,56 @@ class Projector:
         return min(self._lexical_committed, self._vector_applied)
 
     def catch_up(
-        self, progress: Callable[[int], None] | None = None, *, until: int | None = None
+        self,
+        progress: Callable[[int], None] | None = None,
+        *,
+        until: int | None = None,
+        wait_shared: bool = False,
     ) -> int:
         """Apply what the indexes missed (synchronously), up to the store's last seq when
         called (or `until`); returns changes applied. Bounded on purpose: with writes
         arriving meanwhile, "until nothing is left" might never come. `progress(total so
-        far)` is called after each page, for long rebuilds."""
+        far)` is called after each page, for long rebuilds. `wait_shared`: when another
+        replica writes the shared vector index, wait until it got there too (a replica
+        starting up must not serve before its searches see everything)."""
         target = self._store.last_seq() if until is None else until
         total = 0
+        since = time.monotonic()
         while self.visible_seq() < target:
             applied = self._step(force_commit=True)
             total += applied
             if progress is not None and applied:
                 progress(total)
             if applied == 0:
-                break
+                if self._vector_writer or not wait_shared or self._vector_applied >= target:
+                    break
+                if time.monotonic() - since >= SHARED_LOG_S:
+                    since = time.monotonic()
+                    log.info(
+                        "waiting for the shared vector index: at seq %d of %d",
+                        self._vector_applied,
+                        target,
+                    )
+                time.sleep(SHARED_POLL_S)
         return total
 
     def _step(self, force_commit: bool = False) -> int:
-        start = min(self._lexical_applied, self._vector_applied)
+        writer = self._vectors.writable()
+        if not writer or not self._vector_writer:
+            # Another replica writes the shared index, or did until now: the index's own
+            # record is the progress (what this replica last knew may be stale).
+            self._vector_applied = self._vectors.applied_seq()
+        self._vector_writer = writer
+        start = self._lexical_applied
+        if writer:
+            start = min(start, self._vector_applied)
         changes = self._store.changes(start, PAGE)
         if changes:
             lexical = [c for c in changes if c.seq > self._lexical_applied]
-            vector = [c for c in changes if c.seq > self._vector_applied]
             if lexical:
                 self._lexical.apply(self._documents(lexical))
                 self._lexical_applied = lexical[-1].seq
+            vector = [c for c in changes if c.seq > self._vector_applied] if writer else []
             if vector:
                 self._vectors.apply(vector)
                 self._vector_applied = vector[-1].seq

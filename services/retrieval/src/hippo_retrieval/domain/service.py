@@ -9,6 +9,11 @@ generation n+1 beside n from the turn store while n keeps serving, catches up wi
 writes made meanwhile, then switches: searches that started on n finish on n, and n is
 closed and removed once the last of them is done. Which generation is live is recorded
 durably (IndexSet.set_current), so a crash mid-rebuild restarts on the old one.
+
+Replicas (cluster mode). Several replicas share the turn store; each projects it into
+indexes of its own. A write waited for (`wait_searchable`, and Delete's wait) returns
+once it is searchable here AND on every other live replica (`Replicas`), so the next
+search finds it whichever replica answers; searches themselves never talk to the others.
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-from hippo_core.errors import FailedPrecondition, InvalidArgument
+from hippo_core.errors import FailedPrecondition, HippoError, InvalidArgument
 from hippo_retrieval import metrics
 from hippo_retrieval.domain.models import Mode, NewTurn, Scope, StoredTurn, Vector
-from hippo_retrieval.domain.ports import IndexSet, LexicalIndex, TurnStore, VectorIndex
+from hippo_retrieval.domain.ports import (
+    IndexSet,
+    LexicalIndex,
+    Replicas,
+    TurnStore,
+    VectorIndex,
+)
 from hippo_retrieval.domain.projector import Projector
 from hippo_retrieval.domain.retriever import FusionConfig, Retriever, SearchResult
 from hippo_retrieval.domain.validation import Limits, check_turns, check_vector, require
@@ -82,6 +93,7 @@ class _Generation:
         vectors: VectorIndex,
         fusion: FusionConfig,
         projection: ProjectionConfig,
+        on_progress: Callable[[int, int, int], None],
     ) -> None:
         self.number = number
         self.lexical = lexical
@@ -92,7 +104,7 @@ class _Generation:
             vectors,
             commit_interval_s=projection.commit_interval_s,
             commit_every=projection.commit_every,
-            on_progress=metrics.record_progress,
+            on_progress=on_progress,
         )
         self.retriever = Retriever(store, lexical, vectors, fusion)
         self.users = 0  # searches in flight, guarded by RetrievalService._lock
@@ -114,8 +126,11 @@ class RetrievalService:
         projection: ProjectionConfig,
         limits: Limits,
         threads: int = 4,
+        replicas: Replicas | None = None,
     ) -> None:
         self._store = store
+        self._replicas = replicas
+        self._store_seq = -1  # the feed head at the last progress report (replicas only)
         self._indexes = indexes
         self._fusion = fusion
         self._projection = projection
@@ -136,9 +151,17 @@ class RetrievalService:
             if stale >= 1:
                 self._indexes.remove(stale)
         live = self._generation(number)
-        applied = live.projector.catch_up(progress)
+        applied = live.projector.catch_up(progress, wait_shared=True)
+        if self._replicas is not None:
+            # Announce, then catch up once more: a write committed before the announcement
+            # is searchable here before this replica serves; the writer of a later one
+            # sees this replica and waits for it.
+            self._replicas.join(live.projector.visible_seq(), self._wake)
+            applied += live.projector.catch_up(wait_shared=True)
         live.projector.start()
         self._live = live
+        if self._replicas is not None:
+            self._replicas.progress(live.projector.visible_seq())
         metrics.TURNS.set(self._store.size())
         log.info("indexes open: generation %d, %d changes caught up", number, applied)
         return applied
@@ -147,12 +170,17 @@ class RetrievalService:
         """Apply and commit what is pending, then close the indexes and the store."""
         live, self._live = self._live, None
         try:
+            if self._replicas is not None:
+                self._replicas.close()  # the others stop waiting for this replica now
             if live is not None:
                 live.projector.close()
                 live.close_indexes()
         finally:
-            self._pool.shutdown(wait=True)
-            self._store.close()
+            try:
+                self._indexes.close()
+            finally:
+                self._pool.shutdown(wait=True)
+                self._store.close()
 
     # -- use cases ---------------------------------------------------------------------
 
@@ -266,7 +294,32 @@ class RetrievalService:
 
     def _generation(self, number: int) -> _Generation:
         lexical, vectors = self._indexes.open(number)
-        return _Generation(number, self._store, lexical, vectors, self._fusion, self._projection)
+
+        def on_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
+            self._progress(number, store_seq, lexical_seq, vector_seq)
+
+        return _Generation(
+            number, self._store, lexical, vectors, self._fusion, self._projection, on_progress
+        )
+
+    def _progress(self, number: int, store_seq: int, lexical_seq: int, vector_seq: int) -> None:
+        """A projector step ended (on its thread)."""
+        metrics.record_progress(store_seq, lexical_seq, vector_seq)
+        live = self._live
+        if self._replicas is None or live is None or live.number != number:
+            return  # a generation being rebuilt is not what this replica searches
+        self._replicas.progress(min(lexical_seq, vector_seq))
+        if store_seq != self._store_seq:
+            # Other replicas write too: counting this replica's writes cannot give the
+            # total, the store can (cheaply: its head keeps the count).
+            self._store_seq = store_seq
+            metrics.TURNS.set(self._store.size())
+
+    def _wake(self, urgent: bool) -> None:
+        """Another replica wrote to the feed (urgent: and waits to see it searchable)."""
+        live = self._live
+        if live is not None:
+            live.projector.notify(urgent=urgent)
 
     def _rebuild(self, report: Callable[..., None]) -> None:
         try:
@@ -325,17 +378,39 @@ class RetrievalService:
                     self._lock.notify_all()
 
     async def _wait_visible(self, seq: int, timeout: float | None) -> bool:
-        """Poll (without holding a thread) until `seq` is searchable, within `timeout`."""
+        """Poll (without holding a thread) until `seq` is searchable here and on every
+        other live replica, within `timeout`."""
         loop = asyncio.get_running_loop()
-        end = loop.time() + (timeout if timeout is not None else 5.0)
+        start = loop.time()
+        end = start + (timeout if timeout is not None else 5.0)
+        others = await self._ask_replicas(seq)
         while True:
             live = self._require_live()  # re-read: a reindex may switch generations
-            if live.projector.visible_seq() >= seq:
+            here = live.projector.visible_seq() >= seq
+            if here and (others is None or others >= seq):
+                metrics.VISIBLE_WAIT.labels("visible").observe(loop.time() - start)
                 return True
             if loop.time() >= end:
+                metrics.VISIBLE_WAIT.labels("timeout").observe(loop.time() - start)
                 return False
-            live.projector.notify(urgent=True)
+            if not here:
+                live.projector.notify(urgent=True)
             await asyncio.sleep(0.01)
+            if self._replicas is not None:
+                others = self._replicas.others_visible()
+
+    async def _ask_replicas(self, seq: int) -> int | None:
+        """Ask the other replicas to make `seq` searchable now; the lowest seq they can
+        search (None: there are none)."""
+        if self._replicas is None:
+            return None
+        try:
+            return await self._run(self._replicas.want, seq)
+        except HippoError as exc:
+            # The write is committed; only the hurry-up was lost. The others still get
+            # there at their next batch, and their heartbeats tell when.
+            log.warning("could not ask the other replicas to hurry: %s", exc)
+            return self._replicas.others_visible()
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()

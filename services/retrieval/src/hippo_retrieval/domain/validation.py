@@ -16,6 +16,9 @@ from hippo_core.errors import InvalidArgument
 from hippo_retrieval.domain.models import NewTurn
 
 MAX_ID = 128
+# PostgreSQL's text type cannot hold U+0000; refused here, the same on both engines, so a
+# turn that the embedded store accepts is never one that cluster mode would refuse.
+NUL = "\x00"
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,12 @@ def require(field: str, value: str) -> None:
         raise InvalidArgument(field, "is required")
     if len(value) > MAX_ID:
         raise InvalidArgument(field, f"at most {MAX_ID} characters, got {len(value)}")
+    no_nul(field, value)
+
+
+def no_nul(field: str, value: str) -> None:
+    if NUL in value:
+        raise InvalidArgument(field, "must not contain NUL (U+0000) characters")
 
 
 def check_turns(tenant: str, turns: Sequence[NewTurn], limits: Limits) -> None:
@@ -41,6 +50,8 @@ def check_turns(tenant: str, turns: Sequence[NewTurn], limits: Limits) -> None:
         require(f"turns[{i}].memory_id", turn.memory_id)
         require(f"turns[{i}].user_id", turn.user)
         require(f"turns[{i}].session_id", turn.session)
+        no_nul(f"turns[{i}].text", turn.text)
+        no_nul(f"turns[{i}].client_id", turn.client_id)
         if turn.vector is not None:
             check_vector(f"turns[{i}].vector", turn.vector, limits.dimension)
 

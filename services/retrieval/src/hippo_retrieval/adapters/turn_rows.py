@@ -1,0 +1,109 @@
+"""How a turn is laid out as a row, the same in both turn stores (SQLite and PostgreSQL),
+so the two engines store byte-equal values and one contract test suite covers both."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from hippo_core.errors import InvalidArgument
+from hippo_retrieval.domain.models import Change, Deletion, NewTurn, Role, StoredTurn, Vector
+
+# The columns of a turn, in the order `from_row` reads them (`t` is the turns table).
+TURN_COLUMNS = (
+    "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
+    "t.client_id, t.metadata, t.vector, t.position"
+)
+
+# memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, vector
+Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None]
+
+
+def to_row(turn: NewTurn) -> Row:
+    """The turn's stored values (before seq and position are known); raises
+    InvalidArgument before anything is written."""
+    blob: bytes | None = None
+    if turn.vector is not None:
+        vector = np.asarray(turn.vector)
+        if vector.ndim != 1:
+            raise InvalidArgument("vector", "must be one-dimensional")
+        # Fixed little-endian float32, so the store means the same on any machine.
+        blob = vector.astype("<f4").tobytes()
+    return (
+        turn.memory_id,
+        turn.tenant,
+        turn.user,
+        turn.session,
+        Role(turn.role).value,
+        turn.text,
+        turn.time_us,
+        turn.client_id,
+        encode_metadata(turn.metadata),
+        blob,
+    )
+
+
+def stored(turn: NewTurn, row: Row, seq: int, position: int) -> StoredTurn:
+    """The turn as `append` reports it once written at `seq` and `position`."""
+    return StoredTurn(
+        seq=seq,
+        memory_id=turn.memory_id,
+        tenant=turn.tenant,
+        user=turn.user,
+        session=turn.session,
+        role=Role(turn.role),
+        text=turn.text,
+        time_us=turn.time_us,
+        client_id=turn.client_id,
+        metadata=dict(turn.metadata),
+        vector=decode_vector(row[-1]),
+        position=position,
+    )
+
+
+def encode_metadata(metadata: Mapping[str, str]) -> str:
+    # Sorted keys: equal metadata is byte-equal, so rows compare and hash stably.
+    return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False)
+
+
+def decode_vector(blob: bytes | None) -> Vector | None:
+    if blob is None:
+        return None
+    # frombuffer shares the (immutable) bytes; the copy gives callers their own array.
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32, copy=True)
+
+
+def from_row(row: Sequence[Any]) -> StoredTurn:
+    """A StoredTurn from the TURN_COLUMNS of one row."""
+    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob, pos = row
+    return StoredTurn(
+        seq=int(seq),
+        memory_id=str(memory_id),
+        tenant=str(tenant),
+        user=str(user),
+        session=str(session),
+        role=Role(role),
+        text=str(text),
+        time_us=int(time_us),
+        client_id=str(client_id),
+        metadata={str(k): str(v) for k, v in json.loads(meta).items()},
+        vector=decode_vector(bytes(blob) if blob is not None else None),
+        position=int(pos),
+    )
+
+
+def feed_entries(rows: Sequence[Sequence[Any]]) -> list[Change]:
+    """Change-feed rows (seq, op, tenant, memory_id, TURN_COLUMNS...) as changes; a touch
+    is the turn's current row carrying the touch's seq."""
+    out: list[Change] = []
+    for row in rows:
+        seq, op, tenant, memory_id = row[:4]
+        if op == "delete":
+            out.append(Deletion(seq=int(seq), tenant=str(tenant), memory_id=str(memory_id)))
+        else:
+            out.append(replace(from_row(row[4:]), seq=int(seq)))
+    return out
