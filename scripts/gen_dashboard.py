@@ -212,7 +212,8 @@ def indexes(d: Layout) -> None:
         "Turns stored",
         "Turns held in the turn store, all tenants.",
         "short",
-        ("sum (hippo_retrieval_turns)", "turns"),
+        # max, not sum: in cluster mode every replica reports the shared store's total.
+        ("max (hippo_retrieval_turns)", "turns"),
     )
     d.panel(
         "Turn writes and deletes / s",

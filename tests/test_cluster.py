@@ -47,6 +47,7 @@ def test_banner_shows_endpoints_and_a_first_example(cluster: LocalCluster) -> No
         assert f"{name:<13} grpc {addr}" in cluster.banner
     assert "hippo remember" in cluster.banner and "MemoryServiceStub" in cluster.banner
     assert f"grpc.insecure_channel('{cluster.gateway}')" in cluster.banner
+    assert "('x-api-key', 'hippo-local-dev-key')" in cluster.banner  # the key that works
 
 
 def test_hippo_health_reports_every_service_serving(cluster: LocalCluster) -> None:

@@ -273,7 +273,8 @@ def _banner(up: Cluster, settings: CliSettings) -> None:
     if up.postgres is not None:
         click.echo(f"  {'postgres':<13} {up.postgres.url(DATABASE)}  data {up.postgres.data_dir}")
     gateway = endpoints.target([r.addr for r in up.of("gateway")])
-    key = settings.api_key if "HIPPO_GATEWAY_API_KEYS" not in os.environ else "<your key>"
+    # The CLI's key, unless the operator configured the gateway's keys themselves.
+    key = settings.api_key if "HIPPO_GATEWAY_API_KEYS" in up.wiring else "<your key>"
     click.echo(
         "\nTry it (in another terminal; the commands find the replicas in "
         f"{endpoints.path(up.data_dir)}):\n"

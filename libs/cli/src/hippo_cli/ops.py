@@ -12,18 +12,29 @@ from hippo_cli.settings import CliSettings
 from hippo_core import client
 
 
+def replicas(target: str) -> list[str]:
+    """Each address of a target: an `ipv4:a,b` list (a local cluster's replicas) one by
+    one, anything else as it is."""
+    if target.startswith("ipv4:"):
+        return target.removeprefix("ipv4:").split(",")
+    return [target]
+
+
 @click.command()
 @click.pass_obj
 def reindex(settings: CliSettings) -> None:
-    """Rebuild the BM25 and vector indexes from the turn store (the service keeps serving)."""
+    """Rebuild the BM25 and vector indexes from the turn store (the service keeps serving).
 
-    async def call() -> retrieval_pb2.ReindexResponse:
-        async with client.channel(settings.retrieval_addr) as channel:
+    Every retrieval replica keeps its own indexes (cluster mode): each is rebuilt in turn,
+    so the others serve meanwhile."""
+
+    async def call(addr: str) -> retrieval_pb2.ReindexResponse:
+        async with client.channel(addr) as channel:
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             status = await stub.Status(retrieval_pb2.StatusRequest(), timeout=10)
             last = retrieval_pb2.ReindexResponse()
             with click.progressbar(
-                length=max(1, status.turns), label="reindexing", file=sys.stderr
+                length=max(1, status.turns), label=f"reindexing {addr}", file=sys.stderr
             ) as bar:
                 # No deadline beyond the service's own: a large store takes minutes.
                 async for report in stub.Reindex(retrieval_pb2.ReindexRequest(), timeout=24 * 3600):
@@ -31,5 +42,6 @@ def reindex(settings: CliSettings) -> None:
                     last = report
             return last
 
-    last = api.run(call())
-    click.echo(f"reindexed: {last.applied} changes applied; the new indexes are live")
+    for addr in replicas(settings.retrieval_addr):
+        last = api.run(call(addr))
+        click.echo(f"reindexed {addr}: {last.applied} changes applied; the new indexes are live")
