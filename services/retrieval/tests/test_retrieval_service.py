@@ -292,3 +292,35 @@ async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
     finally:
         QdrantClient.close(shared)
     assert names == {"turns_g2", "turns_g2_meta"}  # generation 1 was dropped
+
+
+async def test_indexes_ahead_of_a_restored_store_are_rebuilt(tmp_path: Path) -> None:
+    """A turn store restored from a backup ends at a lower seq than the indexes applied:
+    they are rebuilt from it at open, so turns the backup lacks are not found and the
+    seqs the store hands out next are indexed (not skipped as already applied)."""
+    import shutil
+
+    svc = make(tmp_path)
+    svc.open()
+    kept = turn("the boat is called Osprey", seed=1)
+    await svc.write("t1", [kept], wait_searchable=True, timeout=2.0)
+    svc.close()
+    backup = tmp_path.parent / "backup.sqlite3"
+    shutil.copy(tmp_path / "turns.sqlite3", backup)
+    svc = make(tmp_path)
+    svc.open()
+    lost = turn("the boat's engine is a Yanmar", seed=2)
+    await svc.write("t1", [lost], wait_searchable=True, timeout=2.0)
+    svc.close()
+    shutil.copy(backup, tmp_path / "turns.sqlite3")  # the restore (the WAL was checkpointed)
+    svc = make(tmp_path)
+    svc.open()
+    scope = Scope("t1", "u1")
+    found = await svc.search(scope, "boat", None, Mode.LEXICAL, 5)
+    assert [h.turn.memory_id for h in found.hits] == [kept.memory_id]
+    after = turn("the boat sleeps in Porto", seed=3)
+    result = await svc.write("t1", [after], wait_searchable=True, timeout=2.0)
+    assert result.turns[0][0].seq == 2 and result.searchable
+    found = await svc.search(scope, "Porto", None, Mode.LEXICAL, 5)
+    assert [h.turn.memory_id for h in found.hits] == [after.memory_id]
+    svc.close()

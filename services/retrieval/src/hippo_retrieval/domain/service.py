@@ -151,6 +151,19 @@ class RetrievalService:
             if stale >= 1:
                 self._indexes.remove(stale)
         live = self._generation(number)
+        last = self._store.last_seq()
+        if live.lexical.applied_seq() > last:
+            # The store is behind what these indexes applied: it was restored from a backup
+            # (or replaced). They hold turns it no longer has, and would skip the seqs it
+            # hands out next as already applied: rebuild them from the store.
+            log.warning(
+                "indexes applied seq %d but the turn store ends at %d (restored?): rebuilding",
+                live.lexical.applied_seq(),
+                last,
+            )
+            live.close_indexes()
+            self._indexes.remove(number)
+            live = self._generation(number)
         applied = live.projector.catch_up(progress, wait_shared=True)
         if self._replicas is not None:
             # Announce, then catch up once more: a write committed before the announcement
