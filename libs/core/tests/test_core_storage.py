@@ -60,6 +60,33 @@ def test_sqlite_failed_migration_changes_nothing(tmp_path: Path) -> None:
     conn.close()
 
 
+def _open_and_close(path: str, results: multiprocessing.SimpleQueue[str]) -> None:
+    try:
+        hippo_sqlite.open_store(Path(path), "notes", MIGRATIONS).close()
+    except Exception as exc:
+        results.put(repr(exc))
+        return
+    results.put("ok")
+
+
+def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Replicas (or a restart racing a second process) may create a file together: SQLite
+    answers a concurrent switch to WAL with "database is locked" at once, not through the
+    busy handler, so the open retries. (Without the retry about one open in eighty
+    failed here.)"""
+    context = multiprocessing.get_context("fork")
+    results: multiprocessing.SimpleQueue[str] = context.SimpleQueue()
+    for round_ in range(100):
+        path = str(tmp_path / f"s{round_}.sqlite3")
+        procs = [context.Process(target=_open_and_close, args=(path, results)) for _ in range(3)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join()
+        outcomes = [results.get() for _ in procs]
+        assert outcomes == ["ok"] * 3, outcomes
+
+
 def test_statements_keep_trigger_bodies_whole() -> None:
     script = (
         "CREATE TABLE t (x);\n"

@@ -1,4 +1,4 @@
-"""The use cases over the real SQLite store, with a scripted LLM: merges off the request
+"""The use cases over the real store (both engines), with a scripted LLM: merges off the request
 path and in order, the LLM or the counter down, Forget racing a merge, concurrent writers,
 shutdown mid-merge, resuming at start."""
 
@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from summariser_fakes import ScriptedLlm, WordCounter
+from summariser_harness import Stores
 from tgi_double import echo, note
 
 from hippo_core.errors import InvalidArgument, Unavailable
-from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.domain.merge import MergeConfig, Merger
 from hippo_summariser.domain.models import MergeEvent, Role, SessionKey, TurnIn
 from hippo_summariser.domain.ports import Completion, LlmUnavailable
@@ -84,9 +83,12 @@ class Recorder:
 
 
 def service(
-    path: Path, llm: object, counter: WordCounter | None = None, observer: Recorder | None = None
+    stores: Stores,
+    llm: object,
+    counter: WordCounter | None = None,
+    observer: Recorder | None = None,
 ) -> SummariserService:
-    store = SqliteSessionStore(path / "sessions.sqlite3")
+    store = stores.make()
     counter = counter or WordCounter()
     config = MergeConfig(
         window_tokens=WINDOW,
@@ -101,10 +103,10 @@ def service(
     return SummariserService(store, counter, merger, Budgets(WINDOW, 400, 30.0))
 
 
-async def test_append_returns_before_the_merge_and_merges_stay_in_order(tmp_path: Path) -> None:
+async def test_append_returns_before_the_merge_and_merges_stay_in_order(stores: Stores) -> None:
     gate = Gate()
     recorder = Recorder()
-    svc = service(tmp_path, gate, observer=recorder)
+    svc = service(stores, gate, observer=recorder)
     for i in range(6):
         result = await svc.append(KEY, exchange(i))
     assert result.merge_pending  # the LLM has not answered: Append did not wait
@@ -132,10 +134,10 @@ async def test_append_returns_before_the_merge_and_merges_stay_in_order(tmp_path
 
 
 async def test_llm_down_append_works_and_the_merge_happens_once_it_is_back(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
     llm = Switch()
-    svc = service(tmp_path, llm)
+    svc = service(stores, llm)
     for i in range(6):
         assert (await svc.append(KEY, exchange(i))).appended == 2
     view = await svc.flush(KEY, 0.3)  # bounded: the LLM is down
@@ -151,11 +153,11 @@ async def test_llm_down_append_works_and_the_merge_happens_once_it_is_back(
 
 
 async def test_the_counter_down_stores_turns_uncounted_and_counts_them_later(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
     counter = FlakyCounter()
     counter.up = False
-    svc = service(tmp_path, ScriptedLlm(echo), counter)
+    svc = service(stores, ScriptedLlm(echo), counter)
     result = await svc.append(KEY, exchange(0))
     assert result.appended == 2 and result.merge_pending
     view = await svc.get(KEY)
@@ -166,9 +168,9 @@ async def test_the_counter_down_stores_turns_uncounted_and_counts_them_later(
     await svc.close()
 
 
-async def test_a_merge_racing_forget_never_commits_the_forgotten_text(tmp_path: Path) -> None:
+async def test_a_merge_racing_forget_never_commits_the_forgotten_text(stores: Stores) -> None:
     gate = Gate()
-    svc = service(tmp_path, gate)
+    svc = service(stores, gate)
     for i in range(6):
         await svc.append(KEY, exchange(i))
     await gate.entered.wait()  # the first merge holds "question 0 ..." in its prompt
@@ -182,8 +184,8 @@ async def test_a_merge_racing_forget_never_commits_the_forgotten_text(tmp_path: 
     await svc.close()
 
 
-async def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
-    svc = service(tmp_path, ScriptedLlm(echo))
+async def test_concurrent_writers_lose_nothing(stores: Stores) -> None:
+    svc = service(stores, ScriptedLlm(echo))
     await asyncio.gather(*(svc.append(KEY, exchange(i)) for i in range(40)))
     # The same turns again from a retrying writer: skipped, not doubled.
     await asyncio.gather(*(svc.append(KEY, exchange(i)) for i in range(0, 40, 3)))
@@ -196,14 +198,14 @@ async def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     await svc.close()
 
 
-async def test_shutdown_mid_merge_loses_nothing_and_start_up_resumes(tmp_path: Path) -> None:
+async def test_shutdown_mid_merge_loses_nothing_and_start_up_resumes(stores: Stores) -> None:
     gate = Gate()
-    svc = service(tmp_path, gate)
+    svc = service(stores, gate)
     for i in range(6):
         await svc.append(KEY, exchange(i))
     await gate.entered.wait()
     await svc.close()  # the merge is cancelled after the drain time
-    again = service(tmp_path, ScriptedLlm(echo))
+    again = service(stores, ScriptedLlm(echo))
     view = await again.get(KEY)
     assert len(view.session.window) == 12 and view.session.summary == ""
     assert await again.resume() == 1
@@ -212,8 +214,8 @@ async def test_shutdown_mid_merge_loses_nothing_and_start_up_resumes(tmp_path: P
     await again.close()
 
 
-async def test_bad_requests_name_the_field(tmp_path: Path) -> None:
-    svc = service(tmp_path, ScriptedLlm(echo))
+async def test_bad_requests_name_the_field(stores: Stores) -> None:
+    svc = service(stores, ScriptedLlm(echo))
     with pytest.raises(InvalidArgument, match="session_id"):
         await svc.append(SessionKey("acme", "u1", ""), exchange(0))
     with pytest.raises(InvalidArgument, match=r"turns\[1\].text"):
@@ -222,6 +224,11 @@ async def test_bad_requests_name_the_field(tmp_path: Path) -> None:
         await svc.append(KEY, [TurnIn("x", Role.USER, "a" * 40000, 0)])
     with pytest.raises(InvalidArgument, match=r"turns: must hold 1\.\.1024"):
         await svc.append(KEY, [])
+    # PostgreSQL's text cannot hold NUL: refused on both engines alike.
+    with pytest.raises(InvalidArgument, match=r"turns\[0\].text: must not contain a NUL"):
+        await svc.append(KEY, [TurnIn("x", Role.USER, "a\x00b", 0)])
+    with pytest.raises(InvalidArgument, match="session_id: must not contain a NUL"):
+        await svc.append(SessionKey("acme", "u1", "s\x00"), exchange(0))
     with pytest.raises(InvalidArgument, match=r"memory_ids\[0\]"):
         await svc.forget("acme", "u1", "", [""])
     await svc.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,7 +77,7 @@ def open_store(
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path, busy_timeout_ms=busy_timeout_ms)
     try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _journal_wal(conn)
         if str(mode).lower() != "wal":
             raise FailedPrecondition(f"{name}: journal_mode WAL not available (got {mode})")
         conn.execute("PRAGMA synchronous = FULL")
@@ -87,6 +88,20 @@ def open_store(
         conn.close()
         raise
     return conn
+
+
+def _journal_wal(conn: sqlite3.Connection, attempts: int = 5) -> str:
+    """Switch to WAL. Two processes opening a new file at once can see "database is
+    locked" here: SQLite answers this pragma at once, not through the busy handler. A
+    failed attempt changes nothing, so it is retried."""
+    for attempt in range(attempts):
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def migrate(conn: sqlite3.Connection, name: str, migrations: Sequence[Migration]) -> int:

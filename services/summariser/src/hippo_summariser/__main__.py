@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -10,15 +11,17 @@ import structlog
 
 from hippo.summariser.v1 import summariser_pb2, summariser_pb2_grpc
 from hippo_core import client
+from hippo_core.outbox import DrainConfig, Outbox, OutboxStore, SqliteOutbox, new_owner
 from hippo_core.server.app import Service, run
 from hippo_summariser import metrics
 from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
 from hippo_summariser.adapters.token_counter import GrpcTokenCounter
-from hippo_summariser.domain.audit import AuditOutbox, OutboxConfig
+from hippo_summariser.domain import audit
 from hippo_summariser.domain.merge import MergeConfig, Merger
-from hippo_summariser.domain.ports import MergeObserver, NoObserver
+from hippo_summariser.domain.models import MergeEvent
+from hippo_summariser.domain.ports import MergeObserver, NoObserver, SessionStore
 from hippo_summariser.domain.service import Budgets, SummariserService
 from hippo_summariser.domain.summarise import SummaryConfig
 from hippo_summariser.domain.validation import Limits
@@ -43,24 +46,52 @@ def merge_config(settings: SummariserSettings) -> MergeConfig:
         backoff_initial_seconds=settings.backoff_initial_seconds,
         backoff_max_seconds=settings.backoff_max_seconds,
         drain_seconds=settings.drain_seconds,
+        claim_lease_seconds=settings.claim_lease_seconds,
     )
+
+
+def open_stores(
+    settings: SummariserSettings, owner: str, closers: list[Callable[[], None]]
+) -> tuple[SessionStore, OutboxStore | None]:
+    """The session store and, when merges are audited, the outbox store over its
+    `audit_outbox` table: SQLite under data_dir, or PostgreSQL when database.url is set.
+    Blocking (opening may migrate): call from a worker thread. `closers` gets what must
+    be closed last (the PostgreSQL pool)."""
+    audited = bool(settings.audit_addr)
+    if not settings.database.url.get_secret_value():
+        path = Path(settings.data_dir) / "sessions.sqlite3"
+        store = SqliteSessionStore(path, owner=owner)
+        return store, SqliteOutbox(path, audit.TABLE) if audited else None
+    # Cluster mode only: psycopg is imported when a database URL is set.
+    from hippo_core.outbox import PostgresOutbox
+    from hippo_core.postgres import Database
+    from hippo_summariser.adapters import postgres_store
+
+    database = Database(
+        settings.database, schema=postgres_store.SCHEMA, application="hippo-summariser"
+    )
+    closers.append(database.close)
+    database.open(postgres_store.MIGRATIONS)
+    store_pg = postgres_store.PostgresSessionStore(database, owner=owner)
+    return store_pg, PostgresOutbox(database, audit.TABLE, owner) if audited else None
 
 
 def build(settings: SummariserSettings, observer: MergeObserver | None = None) -> Service:
     """`observer` is the on_merge hook (e.g. the audit log's client); none by default."""
     servicer = SummariserServicer()
     opened: list[SummariserService] = []
-    outboxes: list[AuditOutbox] = []
+    mergers: list[Merger] = []
+    outboxes: list[Outbox[MergeEvent]] = []
     channels: list[grpc.aio.Channel] = []
+    closers: list[Callable[[], None]] = []
 
     def register(server: grpc.aio.Server) -> None:
         summariser_pb2_grpc.add_SummariserServiceServicer_to_server(servicer, server)
 
     async def warmup() -> None:
         # Off the event loop: opening the store may migrate or recover a large WAL.
-        store = await asyncio.to_thread(
-            SqliteSessionStore, Path(settings.data_dir) / "sessions.sqlite3"
-        )
+        owner = new_owner()  # this process: its merge claims and its outbox rows
+        store, outbox_store = await asyncio.to_thread(open_stores, settings, owner, closers)
         metrics.SESSIONS.set_function(store.session_count)
         # Made inside the server's loop (aio channels bind to it). The injection service
         # is not awaited: until it answers, turns are stored uncounted (see service.py).
@@ -79,21 +110,28 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
             ),
         )
         outbox = None
-        if settings.audit_addr:
-            audit = client.channel(settings.audit_addr, settings.client)
-            channels.append(audit)
-            outbox = AuditOutbox(
-                store,
-                GrpcAuditSink(audit),
-                OutboxConfig(retry_max_seconds=settings.audit_retry_max_seconds),
+        if outbox_store is not None:
+            audit_channel = client.channel(settings.audit_addr, settings.client)
+            channels.append(audit_channel)
+            outbox = Outbox(
+                audit.OUTBOX,
+                outbox_store,
+                deliver=audit.deliverer(GrpcAuditSink(audit_channel)),
+                encode=audit.encode,
+                decode=audit.decode,
+                config=DrainConfig(
+                    retry_min_seconds=min(0.5, settings.audit_retry_max_seconds),
+                    retry_max_seconds=settings.audit_retry_max_seconds,
+                ),
             )
             outboxes.append(outbox)
-            outbox.start()  # delivers what a previous run left in the outbox
+            await outbox.start()  # delivers what a previous run left in the outbox
         else:
             log.warning("merges_not_audited", reason="HIPPO_SUMMARISER_AUDIT_ADDR is empty")
         merger = Merger(
             store, counter, llm, merge_config(settings), observer or NoObserver(), outbox=outbox
         )
+        mergers.append(merger)
         service = SummariserService(
             store,
             counter,
@@ -106,13 +144,19 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         servicer.service = service
 
     async def close() -> None:
-        # The outbox first (it reads the store the service closes); what it has not
-        # delivered in a second stays queued for the next start.
+        # Merges first (those in an LLM call get drain_seconds to commit and queue their
+        # events), then the outbox gets drain_seconds to deliver; what it has not
+        # delivered stays queued for the next start (or, in cluster mode, the replica
+        # that adopts it). The store and the database last: both read it.
+        for merger in mergers:
+            await merger.close()
         for outbox in outboxes:
-            await outbox.drained(timeout=1.0)
+            await outbox.drained(timeout=settings.drain_seconds)
             await outbox.close()
         for service in opened:
             await service.close()
+        for closer in closers:
+            await asyncio.to_thread(closer)
         for channel in channels:
             await channel.close()
 

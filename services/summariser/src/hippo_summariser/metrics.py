@@ -78,24 +78,14 @@ SESSIONS = Gauge(
     "hippo_summariser_sessions",
     "Sessions held in the session store (all tenants), counted at scrape time.",
 )
-AUDIT_OUTBOX = Gauge(
-    "hippo_summariser_audit_outbox",
-    "Merge events committed but not yet in the audit log (grows while it is unreachable).",
+CLAIMS = Counter(
+    "hippo_summariser_claims",
+    "Merge claims by result: taken (free), taken_over (another replica's lease had run "
+    "out: it died or stalled), busy (another replica holds it: left to it), lost (taken "
+    "over while this replica merged: its merge was stopped or refused).",
+    ["result"],
 )
-AUDIT_DEAD = Gauge(
-    "hippo_summariser_audit_outbox_dead",
-    "Merge events the audit service refused for good (INVALID_ARGUMENT: a bug), kept aside "
-    "in the outbox with the reason.",
-)
-AUDIT_DELIVERED = Counter(
-    "hippo_summariser_audit_events_delivered",
-    "Merge events appended to the audit log.",
-)
-AUDIT_FAILURES = Counter(
-    "hippo_summariser_audit_delivery_failures",
-    "Failed deliveries of the outbox to the audit service, by error (retried with backoff).",
-    ["error"],
-)
+# The audit outbox's metrics are the shared hippo_outbox_*{outbox="summariser_audit"}.
 
 # Known label values start at zero: a series born at its first event is first scraped
 # at 1, so rate() never shows that event and a ratio of two such series has gaps.
@@ -111,3 +101,5 @@ for _label in ("strict_retry", "facts_sentence", "invented_sentence"):
     REPAIRS.labels(_label)
 for _label in ("unavailable", "rejected"):
     LLM_ERRORS.labels(_label)
+for _label in ("taken", "taken_over", "busy", "lost"):
+    CLAIMS.labels(_label)

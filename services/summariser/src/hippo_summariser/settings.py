@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from hippo_core.settings import ServiceSettings
+from hippo_core.settings import DatabaseSettings, ServiceSettings
 
 
 class SummariserSettings(ServiceSettings):
@@ -19,8 +19,26 @@ class SummariserSettings(ServiceSettings):
     )
     data_dir: str = Field(
         "var/summariser",
-        description="Where the session store (sessions.sqlite3) lives. Losing it loses windows "
-        "and summaries (the turns themselves are in the retrieval service's store).",
+        description="Where the session store (sessions.sqlite3) lives when database.url is "
+        "empty. Losing it loses windows and summaries (the turns themselves are in the "
+        "retrieval service's store).",
+    )
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings,
+        description="The session store in cluster mode: a PostgreSQL URL shared by every "
+        "replica (schema hippo_summariser: sessions, turns, merge claims, the audit "
+        "outbox). Empty: sessions.sqlite3 under data_dir.",
+    )
+    claim_lease_seconds: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="A replica merging a session holds its claim for this long, renewed every "
+        "third of it while it works; other replicas leave the session alone meanwhile. A "
+        "replica that dies mid-merge holds its sessions until the lease runs out: another "
+        "takes them over within 1.5x this (every replica sweeps every half lease), and so "
+        "does a restarted process (it is a new owner). Shorter: faster takeover, more "
+        "renewals.",
     )
     injection_addr: str = Field(
         "127.0.0.1:50055",

@@ -1,4 +1,5 @@
-"""Session state in SQLite: WAL, synchronous=FULL, one transaction per change.
+"""Session state in SQLite (the embedded default): one file, opened by hippo_core.sqlite
+(WAL, synchronous=FULL, secure_delete, numbered migrations), one transaction per change.
 
 Per (tenant, user, session) a `sessions` row holds the rolling summary, its token count,
 the version, the summary's revision (the compare-and-set token of merges) and merge
@@ -12,14 +13,18 @@ three states:
 Knowing which ids built the summary is what lets Forget erase a summary that quotes a
 forgotten turn: a merged text cannot be un-merged.
 
-Durability: Append returns after its transaction is committed and fsynced (FULL: in WAL
-mode NORMAL may lose the last commits on power loss). A merge commit moves its turns out
-of the window and stores the new summary in the same transaction, so a crash at any
-point leaves either the old window and summary or the new ones.
+`merge_claims` holds the claim of each session being merged (owner, lease end): one
+process at a time merges a session, also when several share the file (the domain's
+merge.py); a merge commits only from the claim's holder.
 
-Audit outbox: a merge commit also queues its audit event (`audit_outbox`, ids and figures,
-no text) in the same transaction, and domain/audit.py delivers the queue to the audit
-service; so a merge is never committed unrecorded, whatever crashes when.
+Durability: Append returns after its transaction is committed and fsynced. A merge
+commit moves its turns out of the window and stores the new summary in the same
+transaction, so a crash at any point leaves either the old window and summary or the new
+ones.
+
+Audit outbox: a merge commit also queues its audit event (`audit_outbox`, the shape of
+hippo_core.outbox: ids and figures, no text) in the same transaction; the core drainer
+(`SqliteOutbox` on this file) delivers it, so a merge is never committed unrecorded.
 
 Erasure: `secure_delete` zeroes freed content and every Forget ends with a truncating
 WAL checkpoint, so erased text is gone from the files, not only unreachable.
@@ -30,18 +35,20 @@ Tenancy is applied in SQL (`WHERE tenant = ? AND user_id = ?`) in every statemen
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
+from hippo_core import outbox
+from hippo_core import sqlite as hippo_sqlite
 from hippo_core.errors import Aborted, FailedPrecondition
+from hippo_summariser.domain import audit
 from hippo_summariser.domain.models import (
+    Claim,
     Forgotten,
     MergeEvent,
     MergeOutcome,
@@ -53,12 +60,11 @@ from hippo_summariser.domain.models import (
     WindowTurn,
 )
 
-_log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 2
-_MAX_IN = 500  # bound parameters per IN (...): portable to old SQLite builds
+T = TypeVar("T")
+NAME = "session store"
 _ATTEMPTS = 3  # each waits busy_timeout for a lock another process holds
 
+# Schema 1 (kept as it was: files written by older builds migrate from it).
 _TABLES = """
 CREATE TABLE sessions (
     tenant             TEXT NOT NULL,
@@ -107,7 +113,21 @@ CREATE TABLE audit_outbox (
 );
 CREATE INDEX audit_outbox_live ON audit_outbox (dead, id);
 """
-_SCHEMA = _TABLES + _OUTBOX
+# Schema 3: the outbox takes the shape of hippo_core.outbox.sqlite_schema, so the core
+# drainer delivers it (the index already has that shape; the events keep their format).
+_CORE_OUTBOX = "ALTER TABLE audit_outbox RENAME COLUMN event TO item;"
+# Schema 4: merge claims (a row while a process merges the session).
+_CLAIMS = """
+CREATE TABLE merge_claims (
+    tenant     TEXT NOT NULL,
+    user_id    TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    until_us   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, user_id, session_id)
+) WITHOUT ROWID;
+"""
+MIGRATIONS: list[hippo_sqlite.Migration] = [_TABLES, _OUTBOX, _CORE_OUTBOX, _CLAIMS]
 
 _SESSION_COLUMNS = (
     "version, summary, summary_tokens, summary_rev, updated_us, merges, turns_merged, facts, "
@@ -116,57 +136,19 @@ _SESSION_COLUMNS = (
 _KEY = "tenant = ? AND user_id = ? AND session_id = ?"
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), _MAX_IN):
-        yield items[start : start + _MAX_IN]
-
-
 class SqliteSessionStore:
     """`SessionStore` on one SQLite file. One connection behind one lock: the domain calls
     it from worker threads. Several processes may share the file (SQLite's write lock
-    serialises them; merges compare-and-set on the summary's revision)."""
+    serialises them; claims keep their merges apart)."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
-        self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, owner: str = "", busy_timeout_ms: int = 5000) -> None:
+        self.path = Path(path)
+        self.owner = owner or outbox.new_owner()
         self._lock = threading.Lock()
         self._closed = False
-        # isolation_level=None: every write opens its own BEGIN IMMEDIATE, taking the
-        # write lock up front instead of failing on upgrade mid-transaction.
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise FailedPrecondition(f"session store: journal_mode WAL unavailable ({mode})")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA secure_delete = ON")
-            self._migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version in (0, 1):
-                # 1 -> 2 added the audit outbox; a fresh file gets everything.
-                for statement in (_SCHEMA if version == 0 else _OUTBOX).split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif version != SCHEMA_VERSION:
-                raise FailedPrecondition(
-                    f"session store: schema version {version} is not supported "
-                    f"(this build knows {SCHEMA_VERSION})"
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        self._conn = hippo_sqlite.open_store(
+            self.path, NAME, MIGRATIONS, busy_timeout_ms=busy_timeout_ms
+        )
 
     @contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
@@ -175,43 +157,61 @@ class SqliteSessionStore:
                 raise FailedPrecondition("session store is closed")
             yield self._conn
 
-    def _write(self, work: Any) -> Any:
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run `work(conn)` in one BEGIN IMMEDIATE transaction. If another process holds
         the write lock past busy_timeout, retry; ABORTED if it never lets go."""
         for attempt in range(_ATTEMPTS):
             with self._locked() as conn:
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    result = work(conn)
-                    conn.execute("COMMIT")
-                    return result
+                    with hippo_sqlite.transaction(conn):
+                        return work(conn)
                 except sqlite3.OperationalError as exc:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
                     if "locked" not in str(exc) and "busy" not in str(exc):
                         raise
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
             time.sleep(0.05 * (attempt + 1))
         raise Aborted("session: another writer held the session store; retry the call")
 
     # -- reads -------------------------------------------------------------------------
 
     def load(self, key: SessionKey) -> Session | None:
+        # Its statements run in one read transaction: one snapshot of the file.
         with self._locked() as conn:
-            return _load(conn, key)
+            conn.execute("BEGIN")
+            try:
+                return _load(conn, key)
+            finally:
+                conn.execute("COMMIT")
 
     def pending(self, budget: int) -> list[SessionKey]:
         with self._locked() as conn:
             rows = conn.execute(
-                "SELECT tenant, user_id, session_id FROM turns WHERE state = 'window' "
-                "GROUP BY tenant, user_id, session_id "
-                "HAVING SUM(COALESCE(tokens, 0)) > ? OR SUM(tokens IS NULL) > 0",
-                (budget,),
+                "SELECT t.tenant, t.user_id, t.session_id FROM turns t WHERE t.state = 'window' "
+                "AND NOT EXISTS (SELECT 1 FROM merge_claims c WHERE c.tenant = t.tenant "
+                "AND c.user_id = t.user_id AND c.session_id = t.session_id "
+                "AND c.owner <> ? AND c.until_us > ?) "
+                "GROUP BY t.tenant, t.user_id, t.session_id "
+                "HAVING SUM(COALESCE(t.tokens, 0)) > ? OR SUM(t.tokens IS NULL) > 0",
+                (self.owner, _now_us(), budget),
             ).fetchall()
         return [SessionKey(str(t), str(u), str(s)) for t, u, s in rows]
+
+    def orphaned(self) -> list[SessionKey]:
+        with self._locked() as conn:
+            rows = conn.execute(
+                "SELECT tenant, user_id, session_id FROM merge_claims "
+                "WHERE owner <> ? AND until_us <= ?",
+                (self.owner, _now_us()),
+            ).fetchall()
+        return [SessionKey(str(t), str(u), str(s)) for t, u, s in rows]
+
+    def session_count(self) -> int:
+        """Sessions held (the store-size gauge, read at scrape time: a primary-key count,
+        milliseconds at 100k sessions, briefly holding the lock). 0 once closed, so a
+        scrape during shutdown does not fail."""
+        with self._lock:
+            if self._closed:
+                return 0
+            return int(self._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
 
     # -- writes ------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class SqliteSessionStore:
             )
             ids = list(dict.fromkeys(t.memory_id for t in turns))
             held: set[str] = set()
-            for chunk in _chunks(ids):
+            for chunk in hippo_sqlite.chunks(ids):
                 marks = ",".join("?" * len(chunk))
                 held.update(
                     str(r[0])
@@ -260,8 +260,7 @@ class SqliteSessionStore:
             assert session is not None
             return session, added
 
-        result: tuple[Session, int] = self._write(work)
-        return result
+        return self._write(work)
 
     def set_tokens(self, key: SessionKey, tokens: Mapping[int, int], now_us: int) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -277,6 +276,60 @@ class SqliteSessionStore:
 
         self._write(work)
 
+    # -- claims ------------------------------------------------------------------------
+
+    def claim(self, key: SessionKey, lease_seconds: float) -> Claim:
+        args = (key.tenant, key.user, key.session)
+
+        def work(conn: sqlite3.Connection) -> Claim:
+            if conn.execute(f"SELECT 1 FROM sessions WHERE {_KEY}", args).fetchone() is None:
+                return Claim.BUSY  # gone (forgotten): nothing to merge
+            now = _now_us()
+            row = conn.execute(
+                f"SELECT owner, until_us FROM merge_claims WHERE {_KEY}", args
+            ).fetchone()
+            result = Claim.judge(
+                None if row is None else (str(row[0]), int(row[1])), self.owner, now
+            )
+            if result.held:
+                conn.execute(
+                    "INSERT INTO merge_claims (tenant, user_id, session_id, owner, until_us) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, user_id, session_id) "
+                    "DO UPDATE SET owner = excluded.owner, until_us = excluded.until_us",
+                    (*args, self.owner, now + _lease_us(lease_seconds)),
+                )
+            return result
+
+        return self._write(work)
+
+    def renew(self, key: SessionKey, lease_seconds: float) -> bool:
+        until = _now_us() + _lease_us(lease_seconds)
+
+        def work(conn: sqlite3.Connection) -> bool:
+            return bool(
+                conn.execute(
+                    f"UPDATE merge_claims SET until_us = ? WHERE {_KEY} AND owner = ?",
+                    (until, key.tenant, key.user, key.session, self.owner),
+                ).rowcount
+            )
+
+        return self._write(work)
+
+    def release(self, key: SessionKey) -> None:
+        self._write(
+            lambda conn: conn.execute(
+                f"DELETE FROM merge_claims WHERE {_KEY} AND owner = ?",
+                (key.tenant, key.user, key.session, self.owner),
+            )
+        )
+
+    def release_all(self) -> int:
+        return self._write(
+            lambda conn: int(
+                conn.execute("DELETE FROM merge_claims WHERE owner = ?", (self.owner,)).rowcount
+            )
+        )
+
     def commit_merge(
         self,
         key: SessionKey,
@@ -286,29 +339,33 @@ class SqliteSessionStore:
         now_us: int,
         event: MergeEvent | None = None,
     ) -> int | None:
+        args = (key.tenant, key.user, key.session)
+
         def work(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(
-                f"SELECT summary_rev FROM sessions WHERE {_KEY}",
-                (key.tenant, key.user, key.session),
-            ).fetchone()
+            row = conn.execute(f"SELECT summary_rev FROM sessions WHERE {_KEY}", args).fetchone()
             if row is None or int(row[0]) != expected_rev:
                 return None
+            claim = conn.execute(
+                f"SELECT owner, until_us FROM merge_claims WHERE {_KEY}", args
+            ).fetchone()
+            if claim is None or claim[0] != self.owner or int(claim[1]) <= _now_us():
+                return None  # not ours (any more): another process may be merging it
             present = 0
-            for chunk in _chunks(merged_seqs):
+            for chunk in hippo_sqlite.chunks(merged_seqs):
                 marks = ",".join("?" * len(chunk))
                 present += conn.execute(
                     f"SELECT COUNT(*) FROM turns WHERE {_KEY} AND state = 'window' "
                     f"AND seq IN ({marks})",
-                    (key.tenant, key.user, key.session, *chunk),
+                    (*args, *chunk),
                 ).fetchone()[0]
             if present != len(merged_seqs):
                 return None  # a merged turn was forgotten meanwhile: its text is in `outcome`
-            for chunk in _chunks(merged_seqs):
+            for chunk in hippo_sqlite.chunks(merged_seqs):
                 marks = ",".join("?" * len(chunk))
                 conn.execute(
                     f"UPDATE turns SET state = 'merged', text = NULL, speaker = '' "
                     f"WHERE {_KEY} AND seq IN ({marks})",
-                    (key.tenant, key.user, key.session, *chunk),
+                    (*args, *chunk),
                 )
             (version,) = conn.execute(
                 "UPDATE sessions SET summary = ?, summary_tokens = ?, "
@@ -326,61 +383,15 @@ class SqliteSessionStore:
                     outcome.kept,
                     outcome.retention_llm,
                     outcome.retention,
-                    key.tenant,
-                    key.user,
-                    key.session,
+                    *args,
                 ),
             ).fetchone()
             if event is not None:
-                conn.execute(
-                    "INSERT INTO audit_outbox (event, created_us) VALUES (?, ?)",
-                    (_dump_event(dataclasses.replace(event, version=int(version))), now_us),
-                )
+                queued = dataclasses.replace(event, version=int(version))
+                outbox.sqlite_insert(conn, audit.TABLE, [audit.encode(queued)])
             return int(version)
 
-        result: int | None = self._write(work)
-        return result
-
-    # -- audit outbox ------------------------------------------------------------------
-
-    def outbox_peek(self, limit: int) -> list[tuple[int, MergeEvent]]:
-        with self._locked() as conn:
-            rows = conn.execute(
-                "SELECT id, event FROM audit_outbox WHERE dead IS NULL ORDER BY id LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [(int(i), _load_event(text)) for i, text in rows]
-
-    def outbox_remove(self, ids: Sequence[int]) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            for chunk in _chunks(ids):
-                marks = ",".join("?" * len(chunk))
-                conn.execute(f"DELETE FROM audit_outbox WHERE id IN ({marks})", tuple(chunk))
-
-        self._write(work)
-
-    def outbox_bury(self, outbox_id: int, reason: str) -> None:
-        self._write(
-            lambda conn: conn.execute(
-                "UPDATE audit_outbox SET dead = ? WHERE id = ?", (reason or "refused", outbox_id)
-            )
-        )
-
-    def session_count(self) -> int:
-        """Sessions held (the store-size gauge, read at scrape time: a primary-key count,
-        milliseconds at 100k sessions, briefly holding the lock). 0 once closed, so a
-        scrape during shutdown does not fail."""
-        with self._lock:
-            if self._closed:
-                return 0
-            return int(self._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
-
-    def outbox_depth(self) -> tuple[int, int]:
-        with self._locked() as conn:
-            live, dead = conn.execute(
-                "SELECT COUNT(*) - COUNT(dead), COUNT(dead) FROM audit_outbox"
-            ).fetchone()
-        return int(live), int(dead)
+        return self._write(work)
 
     def record_llm_failure(self, key: SessionKey) -> None:
         self._write(
@@ -401,7 +412,7 @@ class SqliteSessionStore:
 
         def by_ids(conn: sqlite3.Connection) -> Forgotten:
             victims: list[tuple[int, str, str]] = []
-            for chunk in _chunks(ids):
+            for chunk in hippo_sqlite.chunks(ids):
                 marks = ",".join("?" * len(chunk))
                 victims += conn.execute(
                     f"SELECT seq, session_id, state FROM turns WHERE {where} "
@@ -434,8 +445,9 @@ class SqliteSessionStore:
                 ).fetchone()[0]
                 if left == 0:
                     # Nothing of the session is left: its row goes too (the session id
-                    # and summary statistics are the user's data).
+                    # and summary statistics are the user's data), and its claim.
                     conn.execute(f"DELETE FROM sessions WHERE {_KEY}", (tenant, user, name))
+                    conn.execute(f"DELETE FROM merge_claims WHERE {_KEY}", (tenant, user, name))
                     deleted += 1
                 else:
                     _bump(conn, key, _now_us())
@@ -449,11 +461,15 @@ class SqliteSessionStore:
                 f"SELECT COUNT(*) FROM turns WHERE {where} AND state = 'window'", params
             ).fetchone()[0]
             conn.execute(f"DELETE FROM turns WHERE {where}", params)
+            conn.execute(f"DELETE FROM merge_claims WHERE {where}", params)
             return Forgotten(int(deleted), int(removed), 0, ())
 
-        result: Forgotten = self._write(by_ids if ids else whole)
+        result = self._write(by_ids if ids else whole)
         if result.sessions_deleted or result.turns_removed or result.summaries_erased or ids:
-            self._purge_wal()
+            with self._locked() as conn:
+                # False (logged) when a reader in another process blocked it: the erasure
+                # is committed, and the next Forget or the last close completes the scrub.
+                hippo_sqlite.purge_wal(conn, NAME)
         return result
 
     def close(self) -> None:
@@ -464,22 +480,13 @@ class SqliteSessionStore:
             self._closed = True
             self._conn.close()
 
-    # -- internals ---------------------------------------------------------------------
-
-    def _purge_wal(self) -> None:
-        # The WAL still holds frames written while the erased text was live, and a
-        # normal checkpoint only rewinds it without shrinking. TRUNCATE copies the zeroed
-        # pages into the main file and cuts the WAL to zero bytes.
-        with self._locked() as conn:
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            # The erasure is committed; only the scrub waits for a reader in another
-            # process. The next Forget or the last close completes it.
-            _log.warning("session store: WAL checkpoint after forget was blocked by a reader")
-
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+def _lease_us(seconds: float) -> int:
+    return max(1, int(seconds * 1_000_000))
 
 
 def _bump(conn: sqlite3.Connection, key: SessionKey, now_us: int) -> None:
@@ -533,17 +540,3 @@ def _load(conn: sqlite3.Connection, key: SessionKey) -> Session | None:
             llm_failures=int(failures),
         ),
     )
-
-
-def _dump_event(event: MergeEvent) -> str:
-    fields = dataclasses.asdict(event)
-    fields["key"] = [event.key.tenant, event.key.user, event.key.session]
-    fields["merged_memory_ids"] = list(event.merged_memory_ids)
-    return json.dumps(fields, sort_keys=True)
-
-
-def _load_event(text: str) -> MergeEvent:
-    fields: dict[str, Any] = json.loads(text)
-    tenant, user, session = fields.pop("key")
-    ids = tuple(fields.pop("merged_memory_ids"))
-    return MergeEvent(key=SessionKey(tenant, user, session), merged_memory_ids=ids, **fields)

@@ -1,46 +1,38 @@
-"""Recording merges in the audit log: a transactional outbox and its drainer.
+"""Recording merges in the audit log: what an entry holds, and how an event travels.
 
 Every committed merge becomes one "merge" entry (session, merged memory ids, facts
 checked/kept before and after validation, retention, LLM calls, repair, summary tokens,
 seconds), written by this code, never by a model. The entry holds ids and figures, never
 summary or turn text (the audit log's public body outlives a user's erasure).
 
-Delivery is at-least-once into an idempotent log, in order:
-- the event is queued in the session store's outbox by the merge's own transaction
-  (`SessionStore.commit_merge(event=...)`), so a merge is never committed unrecorded and a
-  crash at any point loses no event;
-- one drainer per process delivers the outbox oldest first, in batches, each event under
-  its `event_id` as idempotency key (a delivery whose reply was lost, or two processes
-  sharing one store delivering the same event, append it once);
-- while the audit service is down or busy the outbox grows and the drainer backs off
+Delivery is the shared transactional outbox (`hippo_core.outbox`), at least once into an
+idempotent log, in order:
+- the event is queued in the session store's `audit_outbox` table by the merge's own
+  transaction (`SessionStore.commit_merge(event=...)`), so a merge is never committed
+  unrecorded and a crash at any point loses no event;
+- the core drainer (`Outbox`, named `summariser_audit`) delivers the table oldest first,
+  in batches, through `deliverer(sink)`, each event under its `event_id` as idempotency
+  key (a delivery whose reply was lost appends it once); in cluster mode each replica
+  drains the rows it wrote, and adopts those of a replica that stopped;
+- while the audit service is down or busy the table grows and the drainer backs off
   (capped, jittered); merges go on. An event the service refuses for good
-  (INVALID_ARGUMENT: a bug) is set aside in the outbox with the reason, logged and counted,
-  never silently dropped.
+  (INVALID_ARGUMENT: a bug) is set aside in the table with the reason, never dropped.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
-import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
-import structlog
-
-from hippo_core import backoff
-from hippo_core.errors import HippoError, InvalidArgument
-from hippo_summariser import metrics
-from hippo_summariser.domain.models import MergeEvent
-from hippo_summariser.domain.ports import SessionStore
-
-log = structlog.stdlib.get_logger("hippo.summariser.audit")
+from hippo_summariser.domain.models import MergeEvent, SessionKey
 
 ACTOR = "summariser"
 EVENT_TYPE = "merge"
 MAX_IDS = 1000  # the audit service's limit on memory ids per entry
+OUTBOX = "summariser_audit"  # the drainer's name: hippo_outbox_*{outbox="summariser_audit"}
+TABLE = "audit_outbox"  # in the session store, written by the merge's transaction
 
 
 class AuditSink(Protocol):
@@ -49,6 +41,12 @@ class AuditSink(Protocol):
     async def append(self, events: Sequence[MergeEvent]) -> None:
         """Append all, in order, or raise (HippoError). Idempotent per event_id."""
         ...
+
+
+class AuditQueue(Protocol):
+    """The drainer of the outbox, told when a commit queued an event."""
+
+    def notify(self) -> None: ...
 
 
 def body(event: MergeEvent) -> dict[str, object]:
@@ -70,121 +68,28 @@ def body(event: MergeEvent) -> dict[str, object]:
     }
 
 
-@dataclass(frozen=True)
-class OutboxConfig:
-    batch: int = 100
-    retry_min_seconds: float = 0.5
-    retry_max_seconds: float = 30.0
-    # Another process sharing the store may queue events this one is not told about.
-    poll_seconds: float = 5.0
+def encode(event: MergeEvent) -> str:
+    """An event as the outbox stores it. The format of schema 2's `event` column: events
+    an older build queued are delivered by this one."""
+    fields = dataclasses.asdict(event)
+    fields["key"] = [event.key.tenant, event.key.user, event.key.session]
+    fields["merged_memory_ids"] = list(event.merged_memory_ids)
+    return json.dumps(fields, sort_keys=True)
 
 
-class AuditOutbox:
-    """Delivers the store's outbox to the audit log. Create inside the running loop;
-    `start()` once, `notify()` after each commit that queued an event, `close()` at stop
-    (undelivered events stay queued for the next start)."""
+def decode(text: str) -> MergeEvent:
+    fields: dict[str, Any] = json.loads(text)
+    tenant, user, session = fields.pop("key")
+    ids = tuple(fields.pop("merged_memory_ids"))
+    return MergeEvent(key=SessionKey(tenant, user, session), merged_memory_ids=ids, **fields)
 
-    def __init__(
-        self,
-        store: SessionStore,
-        sink: AuditSink,
-        config: OutboxConfig | None = None,
-        *,
-        jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
-    ) -> None:
-        self._store, self._sink = store, sink
-        self._config = config or OutboxConfig()
-        self._jitter = jitter
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        if self._task is None:
-            # A fresh context: no inbound call's deadline may leak into deliveries.
-            self._task = asyncio.create_task(
-                self._run(), name="audit-outbox", context=contextvars.Context()
-            )
+def deliverer(sink: AuditSink) -> Callable[[Sequence[MergeEvent]], Awaitable[list[None]]]:
+    """The outbox's `deliver`: the whole batch or an error (the sink has no partial
+    answer), one result per event."""
 
-    def notify(self) -> None:
-        self._idle.clear()
-        self._wake.set()
+    async def deliver(events: Sequence[MergeEvent]) -> list[None]:
+        await sink.append(events)
+        return [None] * len(events)
 
-    async def drained(self, timeout: float) -> bool:
-        """Wait until the outbox is empty (True) or `timeout` passes (False)."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _run(self) -> None:
-        failures = 0
-        while True:
-            self._wake.clear()
-            try:
-                delivered = await self._deliver_batch()
-            except asyncio.CancelledError:
-                raise
-            except HippoError as exc:
-                failures += 1
-                metrics.AUDIT_FAILURES.labels(type(exc).__name__).inc()
-                await self._backoff(failures, exc)
-                continue
-            except Exception as exc:  # a bug: log it, back off, keep the events queued
-                failures += 1
-                log.exception("audit_outbox_failed", error=repr(exc))
-                await self._backoff(failures, exc)
-                continue
-            failures = 0
-            if delivered:
-                continue
-            if not self._wake.is_set():  # nothing was committed since the empty peek
-                self._idle.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._config.poll_seconds)
-
-    async def _deliver_batch(self) -> int:
-        rows = await asyncio.to_thread(self._store.outbox_peek, self._config.batch)
-        await self._report()
-        if not rows:
-            return 0
-        try:
-            await self._sink.append([event for _, event in rows])
-        except InvalidArgument:
-            if len(rows) == 1:
-                raise
-            await self._one_by_one(rows)  # find the refused one; deliver the rest
-            return len(rows)
-        await asyncio.to_thread(self._store.outbox_remove, [i for i, _ in rows])
-        metrics.AUDIT_DELIVERED.inc(len(rows))
-        await self._report()
-        return len(rows)
-
-    async def _one_by_one(self, rows: Sequence[tuple[int, MergeEvent]]) -> None:
-        for outbox_id, event in rows:
-            try:
-                await self._sink.append([event])
-            except InvalidArgument as exc:
-                log.error("audit_event_refused", event_id=event.event_id, reason=str(exc))
-                await asyncio.to_thread(self._store.outbox_bury, outbox_id, str(exc))
-                continue
-            await asyncio.to_thread(self._store.outbox_remove, [outbox_id])
-            metrics.AUDIT_DELIVERED.inc()
-
-    async def _backoff(self, failures: int, exc: BaseException) -> None:
-        cfg = self._config
-        wait = backoff.delay(failures, cfg.retry_min_seconds, cfg.retry_max_seconds, self._jitter())
-        log.warning("audit_retry_later", error=str(exc) or repr(exc), seconds=round(wait, 2))
-        await asyncio.sleep(wait)
-
-    async def _report(self) -> None:
-        live, dead = await asyncio.to_thread(self._store.outbox_depth)
-        metrics.AUDIT_OUTBOX.set(live)
-        metrics.AUDIT_DEAD.set(dead)
+    return deliver

@@ -1,17 +1,27 @@
-"""The merge worker: off the request path, in order per session, bounded overall.
+"""The merge worker: off the request path, in order per session, bounded overall, one
+replica at a time.
 
-One asyncio task per session with work to do (never two), so a session's merges happen
-in order; a semaphore bounds how many call the LLM at once. A task loops until the
-session needs nothing: count turns stored uncounted, plan the next merge (trimming.py),
-summarise (summarise.py), commit with compare-and-set. A commit that finds the session
-changed (a Forget, another process's merge) is dropped and planned again from the new
-state. When the LLM or the counter is unavailable the task sleeps with capped,
-jittered exponential backoff and tries again: Append never waits for any of this.
+One asyncio task per session with work to do (never two in a process), so a session's
+merges happen in order; a semaphore bounds how many call the LLM at once. A task loops
+until the session needs nothing: count turns stored uncounted, plan the next merge
+(trimming.py), summarise (summarise.py), commit with compare-and-set. A commit that finds
+the session changed (a Forget, another replica's merge) is dropped and planned again
+from the new state. When the LLM or the counter is unavailable the task sleeps with
+capped, jittered exponential backoff and tries again: Append never waits for any of this.
+
+Claims: before it merges, a task claims the session for its replica (`SessionStore.claim`,
+a lease renewed every third of its length while the task works), so replicas sharing one
+database never merge a session at the same time; a session another replica holds is
+left to it (it looks again after letting go, so work that arrived meanwhile is not
+missed). A commit is accepted only from the claim's holder, so a replica that stalled past
+its lease and was taken over changes nothing when it wakes; a task that finds its claim
+taken stops its merge. A replica that dies holding claims leaves them to run out: every
+replica sweeps for such orphans every half lease and takes them over.
 
 Crash safety comes from the commit, not from the worker: the dropped turns stay in the
 window until the transaction that stores the merged summary also moves them out. A
 process killed mid-merge leaves the window as it was; `resume` at start-up schedules
-every session still over budget.
+every session still over budget that nobody holds, and the sweep the ones it held.
 
 Tasks start in a fresh contextvars context: the inbound call that scheduled them has a
 deadline, and outbound calls made on its behalf would otherwise inherit it.
@@ -20,6 +30,7 @@ deadline, and outbound calls made on its behalf would otherwise inherit it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import random
@@ -34,8 +45,8 @@ from hippo_core import backoff
 from hippo_core.errors import HippoError
 from hippo_summariser import metrics
 from hippo_summariser.domain import trimming
-from hippo_summariser.domain.audit import AuditOutbox
-from hippo_summariser.domain.models import MergeEvent, Session, SessionKey
+from hippo_summariser.domain.audit import AuditQueue
+from hippo_summariser.domain.models import Claim, MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
     Llm,
     LlmUnavailable,
@@ -60,10 +71,15 @@ class MergeConfig:
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 60.0
     drain_seconds: float = 3.0
+    claim_lease_seconds: float = 30.0
 
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+class ClaimLost(Exception):
+    """Another replica took the session's claim over: this task's merges stop."""
 
 
 class Merger:
@@ -77,7 +93,7 @@ class Merger:
         config: MergeConfig,
         observer: MergeObserver | None = None,
         *,
-        outbox: AuditOutbox | None = None,
+        outbox: AuditQueue | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
     ) -> None:
         self._store = store
@@ -92,9 +108,18 @@ class Merger:
         self._again: set[SessionKey] = set()  # state changed while its task was running
         self._busy: set[SessionKey] = set()  # inside an LLM call: worth draining at close
         self._since: dict[SessionKey, float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = False
 
     # -- scheduling ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin sweeping for sessions whose claim a stopped replica left behind."""
+        if self._sweeper is None and not self._closing:
+            self._sweeper = asyncio.create_task(
+                self._sweep(), name="merge-sweep", context=contextvars.Context()
+            )
 
     def schedule(self, key: SessionKey) -> None:
         """Make sure the session's state gets looked at (idempotent, never waits)."""
@@ -138,8 +163,14 @@ class Merger:
     async def close(self) -> None:
         """Stop: tasks waiting (backoff, queue) are cancelled at once; merges inside an LLM
         call get `drain_seconds` to commit. Cancelling loses nothing: uncommitted merges
-        leave the window as it was and are resumed at the next start."""
-        self._closing = True
+        leave the window as it was. The claims go last, so the next start (or another
+        replica) resumes at once instead of waiting for the leases to run out."""
+        if self._closed:
+            return
+        self._closed = self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         tasks = dict(self._tasks)
         for key, task in tasks.items():
             if key not in self._busy:
@@ -150,41 +181,139 @@ class Merger:
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
+        try:
+            await asyncio.to_thread(self._store.release_all)
+        except Exception as exc:  # the leases run out by themselves
+            log.warning("claims_not_released", error=repr(exc))
+
+    # -- claims -------------------------------------------------------------------------
+
+    async def _run(self, key: SessionKey) -> None:
+        failures = 0
+        lease = self._config.claim_lease_seconds
+        while True:
+            try:
+                claim = await asyncio.to_thread(self._store.claim, key, lease)
+            except HippoError as exc:
+                failures += 1
+                await self._backoff(key, failures, exc)
+                continue
+            metrics.CLAIMS.labels("taken" if claim is Claim.RENEWED else claim.value).inc()
+            if not claim.held:
+                if key in self._again:
+                    # Scheduled again while we asked: the write that made the row busy
+                    # may be this process's own, whose schedule() found this task
+                    # still running. It has committed by now: ask again.
+                    self._again.discard(key)
+                    continue
+                break  # another replica merges it, and looks again once it lets go
+            if claim is Claim.TAKEN_OVER:
+                log.info("merge_taken_over", reason="the replica holding it stopped renewing")
+            try:
+                await self._while_claimed(key)
+            finally:
+                await self._release(key)
+            # Work that arrived while we held the claim found it taken and was left to
+            # us: look once more after letting go.
+            if not await self._still_needed(key):
+                break
+        started = self._since.pop(key, None)
+        if started is not None:
+            metrics.MERGE_LAG.observe(time.monotonic() - started)
+
+    async def _while_claimed(self, key: SessionKey) -> None:
+        """The session's merges, with the claim's lease renewed as they go; stopped if
+        another replica took the claim over (our lease ran out while we stalled)."""
+        work = asyncio.create_task(self._work(key), name=f"merging:{key.tenant}")
+        try:
+            while not work.done():
+                await asyncio.wait({work}, timeout=self._config.claim_lease_seconds / 3)
+                if not work.done() and not await self._renew(key):
+                    metrics.CLAIMS.labels("lost").inc()
+                    log.warning("merge_claim_lost", reason="taken over by another replica")
+                    return
+        finally:
+            if not work.done():
+                work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+
+    async def _renew(self, key: SessionKey) -> bool:
+        try:
+            return await asyncio.to_thread(self._store.renew, key, self._config.claim_lease_seconds)
+        except HippoError as exc:
+            # Unknown: keep working; the commit checks the claim anyway.
+            log.warning("claim_renewal_failed", error=exc.message)
+            return True
+
+    async def _release(self, key: SessionKey) -> None:
+        try:
+            await asyncio.to_thread(self._store.release, key)
+        except HippoError as exc:  # the lease runs out by itself
+            log.warning("claim_release_failed", error=exc.message)
+
+    async def _still_needed(self, key: SessionKey) -> bool:
+        if self._closing:
+            return False
+        try:
+            session = await asyncio.to_thread(self._store.load, key)
+        except HippoError:
+            return True  # unknown: claim again (with backoff while the store is down)
+        return session is not None and trimming.needs_merge(
+            session.window, self._config.window_tokens
+        )
+
+    async def _sweep(self) -> None:
+        """Take over what stopped replicas held: every half lease, so an orphan waits at
+        most one and a half leases."""
+        while True:
+            await asyncio.sleep(self._config.claim_lease_seconds / 2)
+            try:
+                keys = await asyncio.to_thread(self._store.orphaned)
+            except HippoError as exc:
+                log.warning("claim_sweep_failed", error=exc.message)
+                continue
+            except Exception as exc:  # a bug must not end the sweep
+                log.exception("claim_sweep_failed", error=repr(exc))
+                continue
+            for key in keys:
+                self.schedule(key)
 
     # -- the loop -----------------------------------------------------------------------
 
-    async def _run(self, key: SessionKey) -> None:
+    async def _work(self, key: SessionKey) -> None:
         failures = 0
         while True:
             self._again.discard(key)
             try:
                 session = await asyncio.to_thread(self._store.load, key)
                 if session is None:
-                    break
+                    return
                 if session.uncounted:
                     await self._count(session)
                     continue
                 if not await self._merge_next(session):
                     if key in self._again:
                         continue
-                    break
+                    return
                 failures = 0
             except asyncio.CancelledError:
                 raise
+            except ClaimLost:
+                metrics.CLAIMS.labels("lost").inc()
+                log.warning("merge_claim_lost", reason="a commit found the claim taken over")
+                return
             except (LlmUnavailable, HippoError) as exc:
                 failures += 1
                 if isinstance(exc, LlmUnavailable):
                     metrics.LLM_ERRORS.labels("unavailable").inc()
-                    await asyncio.to_thread(self._store.record_llm_failure, key)
+                    with contextlib.suppress(HippoError):  # a statistic: never worth a retry
+                        await asyncio.to_thread(self._store.record_llm_failure, key)
                 await self._backoff(key, failures, exc)
             except Exception as exc:
                 # A bug must not spin or kill the worker silently: log, back off, retry.
                 failures += 1
                 log.exception("merge_failed", error=repr(exc))
                 await self._backoff(key, failures, exc)
-        started = self._since.pop(key, None)
-        if started is not None:
-            metrics.MERGE_LAG.observe(time.monotonic() - started)
 
     async def _backoff(self, key: SessionKey, failures: int, exc: BaseException) -> None:
         cfg = self._config
@@ -250,6 +379,8 @@ class Merger:
         )
         if version is None:
             metrics.MERGES.labels("conflict").inc()
+            if not await self._renew(session.key):
+                raise ClaimLost()
             return True  # plan again from the state that won
         if self._outbox is not None:
             self._outbox.notify()

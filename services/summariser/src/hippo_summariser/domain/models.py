@@ -84,6 +84,35 @@ class Session:
         return [t for t in self.window if t.tokens is None]
 
 
+class Claim(enum.Enum):
+    """A replica's answer to "may I merge this session?" (see SessionStore.claim).
+
+    One replica at a time merges a session: it holds the session's claim, a lease it
+    renews while it works. A lease that runs out (its replica died, stalled or lost the
+    database) may be taken over by any replica."""
+
+    TAKEN = "taken"  # nobody held it
+    RENEWED = "renewed"  # this replica held it already: the lease is extended
+    TAKEN_OVER = "taken_over"  # another replica's lease had run out
+    BUSY = "busy"  # another replica holds a live lease, or is writing the session now
+
+    @property
+    def held(self) -> bool:
+        return self is not Claim.BUSY
+
+    @staticmethod
+    def judge(holder: tuple[str, int] | None, owner: str, now_us: int) -> Claim:
+        """What `owner` gets, given the claim's current (holder, lease end) or None."""
+        if holder is None:
+            return Claim.TAKEN
+        who, until_us = holder
+        if who == owner:
+            return Claim.RENEWED
+        if until_us <= now_us:
+            return Claim.TAKEN_OVER
+        return Claim.BUSY
+
+
 @dataclass(frozen=True)
 class Appended:
     version: int

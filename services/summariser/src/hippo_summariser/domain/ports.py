@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hippo_summariser.domain.models import (
+    Claim,
     Forgotten,
     MergeEvent,
     MergeOutcome,
@@ -19,18 +20,52 @@ from hippo_summariser.domain.models import (
 
 
 class SessionStore(Protocol):
-    """Durable session state. Synchronous (SQLite): the domain calls it from a worker
-    thread. Every method applies tenant and user in its own query."""
+    """Durable session state: one SQLite file (the embedded default) or PostgreSQL (cluster
+    mode, shared by every replica). Synchronous: the domain calls it from worker threads.
+    Every method applies tenant and user in its own statements.
 
-    def load(self, key: SessionKey) -> Session | None: ...
+    A store acts for one replica, `owner` (new at every start): the merge claims it takes
+    and the audit outbox rows it writes are that replica's."""
+
+    owner: str
+
+    def load(self, key: SessionKey) -> Session | None:
+        """The session as of one moment (never half of a concurrent commit)."""
+        ...
 
     def append(self, key: SessionKey, turns: Sequence[TurnIn], now_us: int) -> tuple[Session, int]:
         """Add the turns whose memory id the session does not hold yet, in one
-        transaction, durable before it returns: (the session after, turns added)."""
+        transaction, durable before it returns: (the session after, turns added). Appends
+        to one session are serialised, so its turns keep one order on every replica."""
         ...
 
     def set_tokens(self, key: SessionKey, tokens: Mapping[int, int], now_us: int) -> None:
         """Record token counts of window turns (by seq) that were stored uncounted."""
+        ...
+
+    def claim(self, key: SessionKey, lease_seconds: float) -> Claim:
+        """Claim the session's merges for this replica for `lease_seconds` (the store's
+        clock): held when the claim was free, already ours, or its lease had run out.
+        Never waits: a session another transaction is writing at this moment answers BUSY
+        (that writer schedules the merge its write calls for)."""
+        ...
+
+    def renew(self, key: SessionKey, lease_seconds: float) -> bool:
+        """Extend this replica's claim; False when the claim is not ours any more (our
+        lease ran out and another replica took it over, or the session is gone)."""
+        ...
+
+    def release(self, key: SessionKey) -> None:
+        """Let go of this replica's claim (nothing when it holds none)."""
+        ...
+
+    def release_all(self) -> int:
+        """Let go of every claim of this replica (at stop); how many."""
+        ...
+
+    def orphaned(self) -> list[SessionKey]:
+        """Sessions claimed by another replica whose lease ran out (it died, or lost the
+        database): any replica may take them over."""
         ...
 
     def commit_merge(
@@ -42,27 +77,12 @@ class SessionStore(Protocol):
         now_us: int,
         event: MergeEvent | None = None,
     ) -> int | None:
-        """Compare-and-set: if the summary is still at `expected_rev` and every merged turn
-        is still in the window, replace the summary and move those turns out of the window
-        in one transaction; returns the new version. Otherwise changes nothing: None.
-        `event` (its version set to the new one) joins the audit outbox in the same
-        transaction: a committed merge is never left unrecorded."""
-        ...
-
-    def outbox_peek(self, limit: int) -> list[tuple[int, MergeEvent]]:
-        """Up to `limit` oldest undelivered merge events with their outbox ids."""
-        ...
-
-    def outbox_remove(self, ids: Sequence[int]) -> None:
-        """Delivered: drop them from the outbox."""
-        ...
-
-    def outbox_bury(self, outbox_id: int, reason: str) -> None:
-        """Refused for good by the audit service (a bug): keep it aside, out of the queue."""
-        ...
-
-    def outbox_depth(self) -> tuple[int, int]:
-        """(events waiting, events buried)."""
+        """Compare-and-set: if this replica holds the session's claim with a live lease,
+        the summary is still at `expected_rev` and every merged turn is still in the
+        window, replace the summary and move those turns out of the window in one
+        transaction; returns the new version. Otherwise changes nothing: None. `event`
+        (its version set to the new one) joins the audit outbox in the same transaction:
+        a committed merge is never left unrecorded."""
         ...
 
     def record_llm_failure(self, key: SessionKey) -> None: ...
@@ -71,12 +91,18 @@ class SessionStore(Protocol):
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> Forgotten:
         """Erase memories (from any of the user's sessions, or only `session`), a session,
-        or every session of the user; a summary built from an erased turn goes too. The
-        text must not stay readable in the file."""
+        or every session of the user; a summary built from an erased turn goes too, and
+        so do the claims of erased sessions. The text must not stay readable in the
+        store."""
         ...
 
     def pending(self, budget: int) -> list[SessionKey]:
-        """Sessions whose window is over `budget` tokens or holds uncounted turns."""
+        """Sessions whose window is over `budget` tokens or holds uncounted turns, and
+        that no other replica holds a live claim on."""
+        ...
+
+    def session_count(self) -> int:
+        """Sessions held (all tenants), for the store-size gauge; 0 once closed."""
         ...
 
     def close(self) -> None: ...

@@ -10,6 +10,7 @@ once the counter is back.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,8 @@ from hippo_summariser.domain.tokens import render_line
 from hippo_summariser.domain.validation import Limits
 
 log = structlog.stdlib.get_logger("hippo.summariser")
+
+FLUSH_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -74,16 +77,28 @@ class SummariserService:
 
     async def flush(self, key: SessionKey, time_remaining: float | None) -> SessionView:
         """Wait for the session's merges until just before the caller's deadline (a margin
-        is kept to read and send the state); a call without one waits flush_max_seconds."""
+        is kept to read and send the state); a call without one waits flush_max_seconds.
+        The merges may run on another replica (it holds the session's claim): then this
+        one looks at the stored state every FLUSH_POLL_SECONDS until they are done."""
         validation.check_session(key.tenant, key.user, key.session)
         wait = self._budgets.flush_max_seconds
         if time_remaining is not None:
             wait = time_remaining - min(1.0, 0.1 * time_remaining)
-        session = await asyncio.to_thread(self._store.load, key)
-        if session is not None and self._needs_work(session):
-            self._merger.schedule(key)
-        if wait > 0:
-            await self._merger.idle(key, wait)
+        end = time.monotonic() + wait
+        while True:
+            session = await asyncio.to_thread(self._store.load, key)
+            needed = session is not None and self._needs_work(session)
+            if needed:
+                self._merger.schedule(key)
+            left = end - time.monotonic()
+            if left <= 0 or not await self._merger.idle(key, left) or not needed:
+                break
+            # This replica's worker is done, and the session needed work when we looked:
+            # another replica may hold its claim.
+            session = await asyncio.to_thread(self._store.load, key)
+            if session is None or not self._needs_work(session):
+                break
+            await asyncio.sleep(max(0.0, min(FLUSH_POLL_SECONDS, end - time.monotonic())))
         return await self._view(key)
 
     async def forget(
@@ -101,12 +116,14 @@ class SummariserService:
         return result
 
     async def resume(self) -> int:
-        """At start-up: schedule every session a previous process left with work."""
+        """At start-up: schedule every session a previous process left with work (that
+        no live replica holds)."""
         keys = await asyncio.to_thread(self._store.pending, self._budgets.window_tokens)
         for key in keys:
             self._merger.schedule(key)
         if keys:
             log.info("merges_resumed", sessions=len(keys))
+        self._merger.start()  # and, from now on, what stopped replicas leave claimed
         return len(keys)
 
     async def close(self) -> None:

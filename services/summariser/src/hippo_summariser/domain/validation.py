@@ -2,7 +2,8 @@
 
 The gateway validates the public API; these checks keep the internal service safe on
 its own (another caller, a bug upstream). Messages name the field as the proto spells
-it, and the limit.
+it, and the limit. Text and ids hold no NUL character: PostgreSQL's text type cannot
+store one, and both engines must accept the same input.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def require(field: str, value: str) -> None:
         raise InvalidArgument(field, "is required")
     if len(value) > MAX_ID:
         raise InvalidArgument(field, f"at most {MAX_ID} characters, got {len(value)}")
+    no_nul(field, value)
+
+
+def no_nul(field: str, value: str) -> None:
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain a NUL character")
 
 
 def check_session(tenant: str, user: str, session: str) -> None:
@@ -54,6 +61,8 @@ def check_turns(turns: Sequence[TurnIn], limits: Limits) -> None:
                 f"turns[{i}].speaker",
                 f"at most {limits.max_speaker_chars} characters, got {len(turn.speaker)}",
             )
+        no_nul(f"turns[{i}].text", turn.text)
+        no_nul(f"turns[{i}].speaker", turn.speaker)
         if turn.time_us < 0:
             raise InvalidArgument(f"turns[{i}].time_us", f"must be >= 0, got {turn.time_us}")
 
