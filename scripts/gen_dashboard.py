@@ -230,6 +230,40 @@ def indexes(d: Layout) -> None:
     )
 
 
+def replicas(d: Layout) -> None:
+    d.row("Replicas (cluster mode)")
+    d.panel(
+        "Serving replicas",
+        "Processes scraped per service: in cluster mode two or more of each.",
+        "short",
+        ("count by (service) (hippo_build_info)", "{{service}}"),
+    )
+    d.panel(
+        "Retrieval replicas in step",
+        "Replicas sharing the turn store with a fresh heartbeat (a write with "
+        "wait_searchable waits for each of them), and how long such writes waited.",
+        "short",
+        ("max (hippo_retrieval_replicas)", "replicas"),
+        (
+            quantile("0.95", "hippo_retrieval_visible_wait_seconds", "outcome"),
+            "p95 wait {{outcome}}",
+        ),
+    )
+    d.panel(
+        "Merge claims / s",
+        "Summary merges claimed by replicas: taken, taken over from a replica that stopped "
+        "or stalled, left to another (busy), lost while merging.",
+        "short",
+        (rate("hippo_summariser_claims_total", "result"), "{{result}}"),
+    )
+    d.panel(
+        "Outbox items adopted / s",
+        "Audit events a replica took over from one that stopped before delivering them.",
+        "short",
+        (rate("hippo_outbox_adopted_total", "outbox"), "{{outbox}}"),
+    )
+
+
 def embedding(d: Layout) -> None:
     d.row("Embedding")
     d.panel(
@@ -350,7 +384,8 @@ def summariser(d: Layout) -> None:
         "Sessions held in the session store, and those with a merge scheduled, running or "
         "waiting to retry.",
         "short",
-        ("sum (hippo_summariser_sessions)", "held"),
+        # max, not sum: in cluster mode every replica reports the shared store's total.
+        ("max (hippo_summariser_sessions)", "held"),
         ("sum (hippo_summariser_merges_pending)", "merge pending"),
     )
     d.panel(
@@ -420,7 +455,7 @@ def audit(d: Layout) -> None:
 
 def dashboard() -> dict[str, Any]:
     layout = Layout()
-    for section in (overview, recall, indexes, embedding, llm_host, summariser, audit):
+    for section in (overview, recall, indexes, replicas, embedding, llm_host, summariser, audit):
         section(layout)
     for number, panel in enumerate(layout.panels, start=1):
         panel["id"] = number  # Grafana drops panels whose id repeats
