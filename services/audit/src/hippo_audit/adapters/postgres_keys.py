@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hippo_audit import metrics
 from hippo_audit.adapters import aead
 from hippo_audit.domain.models import Opened, ToOpen, ToSeal
-from hippo_core.errors import HippoError
 from hippo_core.postgres import Database
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ _BY_ID = (
     "JOIN unnest(%s::bigint[], %s::text[], %s::text[]) AS w(key_id, tenant, user_id) "
     "ON k.key_id = w.key_id AND k.tenant = w.tenant AND k.user_id = w.user_id"
 )
-SCRUB_LOCK_TIMEOUT = "2s"
+SCRUB_LOCK_TIMEOUT_S = 2.0
 
 
 class PostgresKeyRing:
@@ -108,15 +107,10 @@ class PostgresKeyRing:
     def scrub(self) -> bool:
         """Rewrite the key table, so deleted keys' bytes leave its files. False when it
         could not run now (logged and counted; the erasure itself is committed)."""
-        try:
-            with self._db.connect() as conn:  # autocommit: VACUUM refuses a transaction
-                conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT}'")
-                conn.execute("VACUUM (FULL) user_keys")
-        except (psycopg.Error, HippoError) as exc:
-            metrics.KEY_SCRUB_FAILURES.inc()
-            log.warning("audit keys: rewriting the key table after an erasure failed: %s", exc)
-            return False
-        return True
+        if self._db.vacuum("user_keys", full=True, lock_timeout_s=SCRUB_LOCK_TIMEOUT_S):
+            return True
+        metrics.KEY_SCRUB_FAILURES.inc()
+        return False
 
     def close(self) -> None:
         """The database is the caller's (shared by the log, the witness and the keys)."""

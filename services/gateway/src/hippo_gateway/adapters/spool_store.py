@@ -104,11 +104,10 @@ def sqlite_scrub(data_dir: Path) -> Scrub:
 
 
 def postgres_scrub(database: Database) -> Scrub:
-    """VACUUM the spool table (outside any transaction, as VACUUM must be): the rows of
-    delivered items stop lingering as dead tuples until autovacuum gets to them."""
+    """VACUUM the spool table: the rows of delivered items stop lingering as dead tuples
+    until autovacuum gets to them."""
 
     def scrub() -> None:
-        with contextlib.closing(database.connect()) as conn:
-            conn.execute(f"VACUUM {TABLE}")
+        database.vacuum(TABLE)
 
     return scrub

@@ -35,7 +35,6 @@ from typing import Any
 
 import psycopg
 
-from hippo_core.errors import HippoError
 from hippo_core.postgres import Database
 from hippo_injection.adapters.memtok_rows import COLUMNS, NAMES, UPDATED, from_row, to_row
 from hippo_injection.domain.memtok.models import Changes, Memtok, Observation
@@ -119,7 +118,7 @@ _UPSERT = (
 _MEMTOK_COLUMNS = ", ".join(f"m.{n}" for n in NAMES)
 # What erasure leaves as dead tuples: VACUUM makes their space reusable at once instead of
 # whenever autovacuum's thresholds are crossed.
-_ERASED_TABLES = "memtoks, feed, user_modes, reply_buffer"
+_ERASED_TABLES = ("memtoks", "feed", "user_modes", "reply_buffer")
 
 
 def _bump(conn: psycopg.Connection[Any]) -> int:
@@ -313,14 +312,9 @@ class PostgresMemtokStore:
         return ids, seq
 
     def _vacuum(self) -> None:
-        """VACUUM after an erasure (it cannot run inside a transaction). The erasure is
-        committed whatever happens here: a failure is logged and autovacuum gets there
-        later."""
-        try:
-            with self._db.connect(autocommit=True) as conn:
-                conn.execute(f"VACUUM {_ERASED_TABLES}")
-        except (HippoError, psycopg.Error) as exc:
-            log.warning("%s: VACUUM after an erasure failed: %s", NAME, exc)
+        """VACUUM after an erasure. The erasure is committed whatever happens here: a
+        failure is logged (by Database.vacuum) and autovacuum gets there later."""
+        self._db.vacuum(*_ERASED_TABLES)
 
     def count(self, tenant: str, user: str) -> int:
         row = self._db.read(
