@@ -40,7 +40,11 @@ WRITERS = 8
 SESSIONS, TURNS = 3, 8  # per writer: 24 turns, sent two per call
 CHAOS_SECONDS = 60.0
 KILL_EVERY = (3.0, 5.0)
-WINDOW_TOKENS = 96  # small: sessions outgrow their window and merges run during the chaos
+# Writers 0 and 1 write long turns: their sessions outgrow the window, so merges run (and
+# replicas die) during the chaos; the others' stay within it, so the merges left to settle
+# on the CPU model afterwards stay few.
+WINDOW_TOKENS = 160
+LONG_WRITERS = (0, 1)
 FULL_NAMES = {s.name: s.full_name for s in SERVICES}
 ENV = {
     "HIPPO_SUMMARISER_WINDOW_TOKENS": str(WINDOW_TOKENS),
@@ -53,7 +57,10 @@ ENV = {
 
 def text(user: int, session: int, turn: int) -> str:
     # A token no other turn has, so a lexical search finds exactly this turn.
-    return f"Note zq{user}s{session}t{turn} from writer {user}: the parcel goes to dock {turn}."
+    note = f"Note zq{user}s{session}t{turn}: dock {turn}."
+    if user in LONG_WRITERS:
+        note += f" The parcel for writer {user} leaves on Tuesday with the blue van and a receipt."
+    return note
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +280,15 @@ def _merges_settled(cluster: LocalCluster, url: str, timeout: float) -> None:
         time.sleep(2)
 
 
+@pytest.mark.timeout(900)  # a minute of chaos, then merges settling on the CPU model
 def test_replicas_killed_under_load_lose_nothing(cluster: LocalCluster) -> None:
+    started = time.monotonic()
     run = asyncio.run(_chaos(cluster))
+    print(
+        f"chaos over after {time.monotonic() - started:.0f} s: {len(run.kills)} kills "
+        f"({', '.join(run.kills)}), {run.retried} retried calls",
+        file=sys.stderr,
+    )
     assert run.kills, "nothing was killed"
     assert run.failures == [], run.failures
     asyncio.run(_all_serving(cluster, timeout=180))
@@ -303,6 +317,7 @@ def test_replicas_killed_under_load_lose_nothing(cluster: LocalCluster) -> None:
     # Merges: none lost (every session is back within its window, none pending), none done
     # twice (one audit entry per committed version), and each recorded in the audit log.
     _merges_settled(cluster, url, timeout=600)
+    print(f"merges settled after {time.monotonic() - started:.0f} s", file=sys.stderr)
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT coalesce(sum(merges), 0) FROM hippo_summariser.sessions WHERE tenant = %s",
@@ -310,6 +325,7 @@ def test_replicas_killed_under_load_lose_nothing(cluster: LocalCluster) -> None:
         ).fetchone()
     committed = int(row[0]) if row else 0
     assert committed > 0, "no merge ran during the test"
+    print(f"{committed} merges committed", file=sys.stderr)
     end = time.monotonic() + 120
     while len(entries := _merge_entries(cluster)) < committed:
         assert time.monotonic() < end, f"{len(entries)} merge entries for {committed} merges"

@@ -61,6 +61,14 @@ def remove(data_dir: Path) -> None:
         os.unlink(path(data_dir))
 
 
+def addresses(target: str) -> list[str]:
+    """The addresses of a target: an `ipv4:a,b` list one by one, anything else as it is
+    (a `dns:///` name resolves inside the channel, not here)."""
+    if target.startswith("ipv4:"):
+        return target.removeprefix("ipv4:").split(",")
+    return [target]
+
+
 def target(addrs: list[str]) -> str:
     """A gRPC target for every address: a single one as it is, several as an `ipv4:`
     list (the channel balances calls round robin over them)."""

@@ -34,7 +34,7 @@ def _addresses(settings: CliSettings) -> dict[str, list[str]]:
         if field not in settings.model_fields_set and running.get(spec.name):
             out[spec.name] = [e.addr for e in running[spec.name]]
         else:
-            out[spec.name] = [str(getattr(settings, field))]
+            out[spec.name] = endpoints.addresses(str(getattr(settings, field)))
     return out
 
 

@@ -7,17 +7,9 @@ import sys
 import click
 
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
-from hippo_cli import api
+from hippo_cli import api, endpoints
 from hippo_cli.settings import CliSettings
 from hippo_core import client
-
-
-def replicas(target: str) -> list[str]:
-    """Each address of a target: an `ipv4:a,b` list (a local cluster's replicas) one by
-    one, anything else as it is."""
-    if target.startswith("ipv4:"):
-        return target.removeprefix("ipv4:").split(",")
-    return [target]
 
 
 @click.command()
@@ -42,6 +34,6 @@ def reindex(settings: CliSettings) -> None:
                     last = report
             return last
 
-    for addr in replicas(settings.retrieval_addr):
+    for addr in endpoints.addresses(settings.retrieval_addr):
         last = api.run(call(addr))
         click.echo(f"reindexed {addr}: {last.applied} changes applied; the new indexes are live")
