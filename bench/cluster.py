@@ -16,24 +16,30 @@ replica of each service in turn is killed with SIGKILL; the launcher restarts it
 Kubernetes would. Reported: calls that failed after their retries (target 0), calls that
 needed a retry, and per kill the seconds until the replica is SERVING again.
 
+`--before REF` adds the embedded default as built at git REF (a worktree, run from this
+venv with its sources first on PYTHONPATH), measured in the same run: the embedded
+default must not get slower.
+
 On 2 cores the x2 column shows the overhead of twice the processes on the same cores,
 not scaling. Run:
 
-    .venv/bin/python bench/cluster.py [--turns 1200] [--queries 300]
+    .venv/bin/python bench/cluster.py [--turns 1200] [--queries 300] [--before REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,13 +236,15 @@ def measure(
         t.text for c in convs for t in c.turns
     ]
     questions = (questions * (args.queries // len(questions) + 1))[: args.queries]
-    prefix = f"{label.replace(' ', '')}-"
+    prefix = "".join(c for c in label if c.isalnum()) + "-"
+    # Embedded: the launcher's plain call, which an older build's launcher understands too.
+    mode: dict[str, Any] = {"cluster": True, "replicas": replicas} if cluster_mode else {}
     requests = remember_requests(convs, args.turns, prefix)
     users = sorted({r.scope.user_id for r in requests})
     row: dict[str, Any] = {"config": label}
     with (
         tempfile.TemporaryDirectory(prefix="hippo-bench-cluster-") as tmp,
-        local_cluster(Path(tmp), extra, cluster=cluster_mode, replicas=replicas) as cluster,
+        local_cluster(Path(tmp), extra, **mode) as cluster,
     ):
         print(f"{label}: up", file=sys.stderr)
         tally, rate = asyncio.run(run_remember(cluster.gateway, requests, clients=4))
@@ -269,6 +277,19 @@ def measure(
                 "kills": kills,
             }
     return row
+
+
+@contextlib.contextmanager
+def worktree(ref: str) -> Iterator[str]:
+    """A checkout of `ref` beside this one; yields the PYTHONPATH that runs its packages
+    (their sources first, ahead of this venv's editable installs)."""
+    where = Path(tempfile.mkdtemp(prefix="hippo-before-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(where), ref], cwd=ROOT, check=True)
+    try:
+        paths = sorted(str(p) for p in where.glob("*/*/src") if p.is_dir())
+        yield os.pathsep.join(paths)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(where)], cwd=ROOT, check=False)
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -304,9 +325,15 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=300, help="Recall calls per level")
     parser.add_argument("--kill-every", type=float, default=8.0, help="seconds between kills")
     parser.add_argument("--no-failover", dest="failover", action="store_false")
+    parser.add_argument("--before", help="also the embedded default at this git ref")
     args = parser.parse_args()
     no_cache = {"HIPPO_EMBEDDING_CACHE_ENTRIES": "0"}
-    rows = [
+    rows = []
+    if args.before:
+        with worktree(args.before) as pythonpath:
+            before = {**no_cache, "PYTHONPATH": pythonpath}
+            rows.append(measure(f"embedded @{args.before[:7]}", before, False, 1, args))
+    rows += [
         measure("embedded", no_cache, False, 1, args),
         measure("cluster x1", no_cache, True, 1, args),
         measure("cluster x2", no_cache, True, 2, args),
@@ -322,8 +349,10 @@ def main() -> int:
             f"{r['recall1_p99_ms']:.1f} | {r['recall8_rps']:.1f} | {r['recall8_p50_ms']:.1f} / "
             f"{r['recall8_p99_ms']:.1f} | {failed} |"
         )
-    base = rows[0]["recall1_p50_ms"]
-    for r in rows[1:]:
+    base = next(r for r in rows if r["config"] == "embedded")["recall1_p50_ms"]
+    for r in rows:
+        if r["config"] == "embedded":
+            continue
         print(
             f"\nRecall p50 (1 client), {r['config']} / embedded: {r['recall1_p50_ms'] / base:.2f}x"
         )

@@ -54,15 +54,26 @@ def local_cluster(
     replicas: int = 2,
 ) -> Iterator[LocalCluster]:
     env = dict(os.environ)
+    assigned: list[endpoints.Endpoint] = []
     if not cluster:
         # Embedded mode listens where each service's settings say: give every port of
         # every service (gRPC, metrics, injection's HTTP API) a reserved one, so two
         # clusters, or one beside `make run`, never collide. Cluster mode reserves its own.
         for spec in SERVICES:
-            fields = spec.settings_type().model_fields
-            for name in fields:
+            ports = {}
+            for name in spec.settings_type().model_fields:
                 if name.endswith("port"):
-                    env[f"{spec.env_prefix()}{name.upper()}"] = str(reserve_port())
+                    ports[name] = reserve_port()
+                    env[f"{spec.env_prefix()}{name.upper()}"] = str(ports[name])
+            assigned.append(
+                endpoints.Endpoint(
+                    spec.name,
+                    0,
+                    f"127.0.0.1:{ports['port']}",
+                    f"http://127.0.0.1:{ports['metrics_port']}/metrics",
+                    0,
+                )
+            )
     env["HIPPO_CLI_DATA_DIR"] = str(data_dir)
     env.update(extra_env or {})
     hippo = str(Path(sys.executable).parent / "hippo")
@@ -84,7 +95,9 @@ def local_cluster(
     if BANNER_END not in banner:
         launcher.kill()
         raise RuntimeError(f"the cluster did not start:\n{banner}")
-    running = endpoints.read(data_dir)
+    # A launcher of an older build (a benchmark's "before") writes no endpoints file: the
+    # ports given to it are where it listens.
+    running = endpoints.read(data_dir) or {e.service: [e] for e in assigned}
     addrs = {name: endpoints.target([e.addr for e in group]) for name, group in running.items()}
     metrics = {
         (e.name if cluster else e.service): e.metrics for group in running.values() for e in group
