@@ -110,6 +110,12 @@ async def test_validation_happens_before_any_work(parts) -> None:  # type: ignor
         await service.remember("t", "ü", "s", [TurnIn(Role.USER, "x")], "")
     with pytest.raises(InvalidArgument, match="idempotency_key"):
         await service.remember("t", "u", "s", [TurnIn(Role.USER, "x")], "a b")
+    # NUL: PostgreSQL text cannot hold it, so no engine gets it.
+    with pytest.raises(InvalidArgument, match=r"turns\[0\]\.text: must not contain NUL"):
+        await service.remember("t", "u", "s", [TurnIn(Role.USER, "a\x00b")], "")
+    nul_meta = TurnIn(Role.USER, "x", metadata={"speaker": "B\x00b"})
+    with pytest.raises(InvalidArgument, match=r"turns\[0\]\.metadata\[speaker\]: must not"):
+        await service.remember("t", "u", "s", [nul_meta], "")
     assert embedder.calls == [] and store.rows == {}
 
 

@@ -46,6 +46,14 @@ def check_text(field: str, text: str, limit: int, *, blank_ok: bool = True) -> N
         raise InvalidArgument(field, "is required (empty or only whitespace)")
     if size > limit:
         raise InvalidArgument(field, f"{size} bytes exceeds the limit of {limit}")
+    _no_nul(field, text)
+
+
+def _no_nul(field: str, text: str) -> None:
+    # PostgreSQL text cannot hold U+0000: refused here, before any store sees it, so both
+    # engines accept exactly the same input.
+    if "\x00" in text:
+        raise InvalidArgument(field, "must not contain NUL (U+0000) characters")
 
 
 def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -> None:
@@ -81,6 +89,8 @@ def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -
                     f"turns[{i}].metadata[{k}]",
                     f"{_bytes(v)} bytes exceeds the limit of {MAX_METADATA_VALUE_BYTES}",
                 )
+            _no_nul(f"turns[{i}].metadata", k)
+            _no_nul(f"turns[{i}].metadata[{k}]", v)
 
 
 def check_recall(q: RecallQuery) -> None:
