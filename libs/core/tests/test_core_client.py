@@ -131,7 +131,10 @@ async def test_calls_spread_over_every_replica_of_a_peer() -> None:
         stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
         for _ in range(20):
             await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
-    assert [r.servicer.calls for r in replicas] == [10, 10]
+    # Both serve (pick_first would send all 20 to one); not necessarily 10/10: a replica's
+    # connection may become ready a few calls after the other's.
+    calls = [r.servicer.calls for r in replicas]
+    assert sum(calls) == 20 and min(calls) >= 5, calls
     for replica in replicas:
         await replica.runner.stop()
 
