@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -115,28 +116,41 @@ async def test_retry_recovers_after_transient_unavailable(harness: Harness) -> N
     assert reply.count == 1 and harness.servicer.calls == 3
 
 
-async def test_calls_spread_over_every_replica_of_a_peer() -> None:
-    """A channel to a list of addresses (as a headless Service resolves to its pods)
-    balances round robin: both replicas serve, not only the first one picked."""
+@pytest.fixture
+async def two_replicas() -> AsyncIterator[list[Harness]]:
     replicas = [await start(ServiceSettings(grace_seconds=1.0)) for _ in range(2)]
-    for replica in replicas:
-        await replica.runner.ready.wait()
+    try:
+        for replica in replicas:
+            await replica.runner.ready.wait()
+        yield replicas
+    finally:
+        # Stopped whatever the test's outcome: an aio server outliving its event loop
+        # would be finalised later, in some other test.
+        for replica in replicas:
+            await replica.runner.stop()
 
-        async def behaviour(request, context):  # type: ignore[no-untyped-def]
-            return embedding_pb2.EmbedResponse()
 
+async def test_calls_spread_over_every_replica_of_a_peer(two_replicas: list[Harness]) -> None:
+    """A channel to a list of addresses (as a headless Service resolves to its pods)
+    balances round robin: both replicas serve, not only the first one picked (pick_first
+    would send every call to one)."""
+
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        return embedding_pb2.EmbedResponse()
+
+    for replica in two_replicas:
         replica.servicer.behaviour = behaviour
-    target = "ipv4:" + ",".join(r.addr for r in replicas)
+    target = "ipv4:" + ",".join(r.addr for r in two_replicas)
     async with client.channel(target) as channel:
         stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
-        for _ in range(20):
+        # A replica's connection may become ready some calls after the other's.
+        for _ in range(200):
             await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
-    # Both serve (pick_first would send all 20 to one); not necessarily 10/10: a replica's
-    # connection may become ready a few calls after the other's.
-    calls = [r.servicer.calls for r in replicas]
-    assert sum(calls) == 20 and min(calls) >= 5, calls
-    for replica in replicas:
-        await replica.runner.stop()
+            if min(r.servicer.calls for r in two_replicas) >= 5:
+                break
+    assert min(r.servicer.calls for r in two_replicas) >= 5, [
+        r.servicer.calls for r in two_replicas
+    ]
 
 
 async def test_servers_ask_clients_to_reconnect_after_the_max_connection_age() -> None:
@@ -146,18 +160,20 @@ async def test_servers_ask_clients_to_reconnect_after_the_max_connection_age() -
         ServiceSettings(grace_seconds=1.0, max_connection_age_seconds=0.5,
                         max_connection_age_grace_seconds=0.5)
     )  # fmt: skip
-    await server.runner.ready.wait()
-    peers: set[str] = set()
+    try:
+        await server.runner.ready.wait()
+        peers: set[str] = set()
 
-    async def behaviour(request, context):  # type: ignore[no-untyped-def]
-        peers.add(context.peer())
-        return embedding_pb2.EmbedResponse()
+        async def behaviour(request, context):  # type: ignore[no-untyped-def]
+            peers.add(context.peer())
+            return embedding_pb2.EmbedResponse()
 
-    server.servicer.behaviour = behaviour
-    async with client.channel(server.addr) as channel:
-        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
-        for _ in range(12):
-            await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
-            await asyncio.sleep(0.15)
-    assert len(peers) >= 2  # a new connection (another client port) after the age
-    await server.runner.stop()
+        server.servicer.behaviour = behaviour
+        async with client.channel(server.addr) as channel:
+            stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+            for _ in range(12):
+                await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+                await asyncio.sleep(0.15)
+        assert len(peers) >= 2  # a new connection (another client port) after the age
+    finally:
+        await server.runner.stop()

@@ -71,6 +71,7 @@ def gateway_process(
         "HIPPO_GATEWAY_RETRIEVAL_ADDR": retrieval,
         "HIPPO_GATEWAY_CLIENT__TIMEOUT_SECONDS": "5",
         "HIPPO_GATEWAY_SUMMARISER_ADDR": "",  # recall tests: no bounded sessions
+        "HIPPO_GATEWAY_INJECTION_ADDR": "",  # nor an LLM host (and so no memtoks)
         "HIPPO_GATEWAY_AUDIT_ADDR": audit,
         "HIPPO_GATEWAY_DATA_DIR": str(data_dir or tempfile.mkdtemp(prefix="gateway-")),
         **{f"HIPPO_GATEWAY_{name.upper()}": value for name, value in extra.items()},

@@ -127,7 +127,9 @@ def build(settings: GatewaySettings) -> Service:
             GrpcTurnStore(retrieval),
             sessions=sessions,
             audit=recorder,
-            memtoks=influencer,
+            # Forget of a user erases their memtoks too; it fails (UNAVAILABLE, retried by
+            # the caller) while the injection service is down rather than leave them.
+            memtoks=influencer if settings.injection_addr else None,
         )
         builder = ContextBuilder(
             memory,

@@ -33,7 +33,8 @@ class GatewaySettings(ServiceSettings):
     injection_addr: str = Field(
         "127.0.0.1:50055",
         description="The LLM host's gRPC API, for exact token counts (CountTokens) with the "
-        "serving model's tokenizer and prompt format.",
+        "serving model's tokenizer and prompt format, influence, and erasing a forgotten "
+        "user's memtoks. Empty: none (BuildContext and Chat fail; Forget erases no memtoks).",
     )
     llm_url: str = Field(
         "http://127.0.0.1:8085",
