@@ -14,6 +14,7 @@ import grpc
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.server.app import Runner, Service
+from hippo_core.server.authz import Callers
 from hippo_core.settings import ServiceSettings
 
 FULL_NAME = "hippo.embedding.v1.EmbeddingService"
@@ -47,7 +48,9 @@ class Harness:
         return f"127.0.0.1:{self.runner.port}"
 
 
-async def start(settings: ServiceSettings, warm_now: bool = True) -> Harness:
+async def start(
+    settings: ServiceSettings, warm_now: bool = True, callers: Callers | None = None
+) -> Harness:
     servicer = Scripted()
     warm = asyncio.Event()
     if warm_now:
@@ -61,6 +64,7 @@ async def start(settings: ServiceSettings, warm_now: bool = True) -> Harness:
         [FULL_NAME],
         lambda server: embedding_pb2_grpc.add_EmbeddingServiceServicer_to_server(servicer, server),
         warmup,
+        callers=callers,
     )
     runner = Runner(service, settings)
     await runner.start()

@@ -19,9 +19,9 @@ from typing import Any
 import grpc
 
 from hippo_core import context as request_context
-from hippo_core import errors, metrics, tracing
+from hippo_core import errors, metrics, tls, tracing
 from hippo_core.errors import DeadlineExceeded
-from hippo_core.settings import MIB, ClientSettings
+from hippo_core.settings import MIB, ClientSettings, TlsSettings
 
 
 def _service_config(max_attempts: int) -> str:
@@ -130,19 +130,34 @@ def blocking_channel(
     settings: ClientSettings | None = None,
     *,
     max_message_bytes: int = MIB,
+    tls_settings: TlsSettings | None = None,
 ) -> grpc.Channel:
     """A blocking channel with the same policy as `channel`, for code that runs on a
     worker thread (the injection service's model thread), unary calls only. Callers pass
     `timeout=` on every call: there is no inbound call's deadline on that thread."""
     settings = settings or ClientSettings()
-    plain = grpc.insecure_channel(target, options=_options(settings, max_message_bytes))
+    options = _options(settings, max_message_bytes, target, tls_settings)
+    if tls_settings is not None and tls_settings.enabled:
+        credentials = tls.channel_credentials(tls_settings)
+        plain = grpc.secure_channel(target, credentials, options=options)
+    else:
+        plain = grpc.insecure_channel(target, options=options)
     counted = grpc.intercept_channel(plain, _BlockingUnaryUnary())
     traced: grpc.Channel = tracing.traced_blocking_channel(counted)
     return traced
 
 
-def _options(settings: ClientSettings, max_message_bytes: int) -> list[tuple[str, Any]]:
+def _options(
+    settings: ClientSettings,
+    max_message_bytes: int,
+    target: str,
+    tls_settings: TlsSettings | None,
+) -> list[tuple[str, Any]]:
+    name = tls.target_name(target, tls_settings) if tls_settings and tls_settings.enabled else None
     return [
+        # The name the peer's certificate must carry, where the target has no host of its
+        # own (ipv4: lists) or the operator named one.
+        *([("grpc.ssl_target_name_override", name)] if name else []),
         # Spread calls over every address the target resolves to: a headless Service's
         # pod IPs (dns:///name:port) or a loopback list (ipv4:127.0.0.1:a,127.0.0.1:b).
         # pick_first, gRPC's default, would send everything to one replica. Servers cap
@@ -171,17 +186,24 @@ def channel(
     settings: ClientSettings | None = None,
     *,
     max_message_bytes: int = MIB,
+    tls_settings: TlsSettings | None = None,
 ) -> grpc.aio.Channel:
-    """An insecure aio channel to `target` with Hippo's call policy. `target` is
-    'host:port', or any gRPC name that resolves to several replicas (dns:///svc:port,
-    ipv4:a:p,b:q): calls are balanced round robin over all of them."""
+    """An aio channel to `target` with Hippo's call policy: TLS with this process's
+    certificate when `tls_settings` has a CA, else plaintext. `target` is 'host:port',
+    or any gRPC name that resolves to several replicas (dns:///svc:port, ipv4:a:p,b:q):
+    calls are balanced round robin over all of them."""
     settings = settings or ClientSettings()
-    options = _options(settings, max_message_bytes)
+    options = _options(settings, max_message_bytes, target, tls_settings)
     interceptors = [
         _UnaryUnary(settings.timeout_seconds),
         _UnaryStream(settings.timeout_seconds),
         *tracing.client_interceptors(),
     ]
+    if tls_settings is not None and tls_settings.enabled:
+        credentials = tls.channel_credentials(tls_settings)
+        return grpc.aio.secure_channel(
+            target, credentials, options=options, interceptors=interceptors
+        )
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 

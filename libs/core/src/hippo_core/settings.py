@@ -64,6 +64,46 @@ class DatabaseSettings(BaseModel):
     )
 
 
+class TlsSettings(BaseModel):
+    """Transport security of a process (nested as `tls`): its certificate, used both as
+    its server's and as its client identity, and the CA it trusts. Empty `ca_file`:
+    plaintext, the embedded default of `make run` (loopback only). See docs/security.md
+    for identities and rotation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ca_file: str = Field(
+        "",
+        description="PEM bundle of the CA that signs Hippo's certificates: peers' server "
+        "certificates and (internal services) callers' client certificates are checked "
+        "against it. Empty: plaintext, no identities.",
+    )
+    cert_file: str = Field(
+        "",
+        description="This process's certificate chain (PEM), served by its gRPC server "
+        "and presented to its peers; its URI SAN spiffe://hippo/<service> is its identity. "
+        "Re-read by the server when the file changes.",
+    )
+    key_file: str = Field(
+        "",
+        description="The private key of cert_file (PEM). Re-read with it.",
+    )
+    server_name: str = Field(
+        "",
+        description="Name (a DNS SAN) peers' certificates must carry instead of the "
+        "target's host; empty: the target's host (the first address of an ipv4: list).",
+    )
+    require_client_cert: bool = Field(
+        False,
+        description="Gateway only: refuse callers without a client certificate from "
+        "ca_file. Internal services always require one.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ca_file)
+
+
 class ServiceSettings(BaseSettings):
     """Settings every gRPC service has."""
 
@@ -114,4 +154,7 @@ class ServiceSettings(BaseSettings):
     )
     client: ClientSettings = Field(
         default_factory=ClientSettings, description="Outbound call policy."
+    )
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="Certificates of the server and its calls."
     )

@@ -23,7 +23,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from hippo_core import logging as hippo_logging
-from hippo_core import metrics, tracing
+from hippo_core import metrics, tls, tracing
+from hippo_core.server.authz import CallerInterceptor, Callers
 from hippo_core.server.interceptors import (
     ConcurrencyLimitInterceptor,
     ErrorInterceptor,
@@ -59,6 +60,9 @@ class Service:
     warmup: Callable[[], Awaitable[None]] = _nothing
     close: Callable[[], Awaitable[None]] = _nothing
     version: str = "0.1.0"
+    # Who may call each RPC (hippo_core.server.authz), checked when TLS is on. None: an
+    # edge service (the gateway), open to any caller the transport admits.
+    callers: Callers | None = None
 
 
 @dataclass
@@ -84,11 +88,13 @@ class Runner:
             metrics.watch_data_dir(svc.name, Path(data_dir))
         http, _, self.metrics_port = metrics.serve_http(s.host, s.metrics_port)
         self._metrics_http = http
+        checked = s.tls.enabled and svc.callers is not None
         server = grpc.aio.server(
             interceptors=[
                 MetricsInterceptor(),
                 tracing.server_interceptor(),
                 ErrorInterceptor(),
+                *([CallerInterceptor(svc.callers or {})] if checked else []),
                 ConcurrencyLimitInterceptor(s.max_concurrent_rpcs),
             ],
             options=[
@@ -107,10 +113,22 @@ class Runner:
         reflection.enable_server_reflection(
             [*svc.full_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
-        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        address = f"{s.host}:{s.port}"
+        if s.tls.enabled:
+            required = checked or s.tls.require_client_cert
+            credentials = tls.server_credentials(s.tls, require_client_cert=required)
+            self.port = server.add_secure_port(address, credentials)
+        else:
+            self.port = server.add_insecure_port(address)
         await server.start()
         self._server = server
-        log.info("listening", port=self.port, metrics_port=self.metrics_port, host=s.host)
+        log.info(
+            "listening",
+            port=self.port,
+            metrics_port=self.metrics_port,
+            host=s.host,
+            tls=s.tls.enabled,
+        )
         self._warmup = asyncio.create_task(self._warm())
 
     async def _warm(self) -> None:
