@@ -149,6 +149,23 @@ async def test_reads_are_confined_to_the_tenant_and_filtered(log: AuditLog) -> N
     assert [e.entry.seq for e in rest.entries] == [3] and rest.next_after_seq == 0
 
 
+async def test_verify_for_a_tenant_counts_its_entries_and_names_its_last(log: AuditLog) -> None:
+    """The whole chain is checked; the tenant's view counts only its own entries in the
+    range and ends at its own last entry (the log's size and head stay the admin's)."""
+    tenants = ["acme", "globex", "acme", "globex", "globex"]
+    await log.append([entry(t) for t in tenants], None)
+    whole = await log.verify(0, 0, False)
+    acme = await log.verify(0, 0, False, "acme")
+    assert whole.ok and acme.ok and whole.head_seq == acme.head_seq == 5
+    assert (acme.tenant_entries, acme.tenant_head_seq) == (2, 3)
+    page = await log.read(Filter("acme"), 2, 3, 1, False)
+    assert acme.tenant_head_hash == page.entries[0].entry.hash
+    assert (await log.verify(4, 5, False, "acme")).tenant_entries == 0
+    assert (await log.verify(4, 5, False, "acme")).tenant_head_hash == b""
+    assert (await log.verify(1, 4, False, "globex")).tenant_head_seq == 4
+    assert whole.tenant_entries == 0  # no tenant asked about
+
+
 async def test_forgetting_a_user_makes_private_bodies_unreadable_and_the_chain_verifies(
     backend: Backend,
 ) -> None:

@@ -33,6 +33,17 @@ from hippo_gateway.domain.audit_events import (
 )
 
 KEYS = {"key-acme": "acme", "key-globex": "globex", "key-initech": "initech"}
+# The tenants' keys above are admins (every RPC; the audit tests read the whole log); these
+# carry narrower roles, for the role tests.
+ROLE_KEYS = {
+    "key-acme-app": {"tenant": "acme"},  # the default: read, write, erase
+    "key-acme-reader": {"tenant": "acme", "roles": ["read"]},
+    "key-acme-auditor": {"tenant": "acme", "roles": ["audit-read"]},
+    "key-globex-app": {"tenant": "globex"},
+    # Tenants of their own for the quota tests (no other test stores turns there).
+    "key-rated": {"tenant": "rated"},
+    "key-quotas": {"tenant": "quotas"},
+}
 EMBEDDING = "hippo.embedding.v1.EmbeddingService"
 RETRIEVAL = "hippo.retrieval.v1.RetrievalService"
 GATEWAY = "hippo.memory.v1.MemoryService"
@@ -66,7 +77,9 @@ def gateway_process(
 ) -> AbstractContextManager[ServiceProcess]:
     """`audit` empty: no audit log. `data_dir` (the audit spool) defaults to a fresh one."""
     env = {
-        "HIPPO_GATEWAY_API_KEYS": json.dumps(KEYS),
+        "HIPPO_GATEWAY_API_KEYS": json.dumps(
+            {**{k: {"tenant": t, "roles": ["admin"]} for k, t in KEYS.items()}, **ROLE_KEYS}
+        ),
         "HIPPO_GATEWAY_EMBEDDING_ADDR": embedding,
         "HIPPO_GATEWAY_RETRIEVAL_ADDR": retrieval,
         "HIPPO_GATEWAY_CLIENT__TIMEOUT_SECONDS": "5",
@@ -222,8 +235,23 @@ class FakeLog:
         ]
         return out[:limit], out[limit - 1].seq if len(out) > limit else 0
 
-    async def verify(self, from_seq: int, to_seq: int) -> Verification:
-        return Verification(True, len(self.entries), 0, "", len(self.entries), "00")
+    async def verify(self, from_seq: int, to_seq: int, tenant: str = "") -> Verification:
+        mine = [
+            i
+            for i, e in enumerate(self.entries, start=1)
+            if isinstance(e, AuditEvent) and e.tenant == tenant
+        ]
+        return Verification(
+            True,
+            len(self.entries),
+            0,
+            "",
+            len(self.entries),
+            "00",
+            tenant_entries=len(mine),
+            tenant_head_seq=mine[-1] if mine else 0,
+            tenant_head_hash="01" if mine else "",
+        )
 
     def types(self) -> list[str]:
         return [e.event_type if isinstance(e, AuditEvent) else "erase" for e in self.entries]

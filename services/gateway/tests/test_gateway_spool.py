@@ -141,8 +141,8 @@ class Replica:
     ) -> tuple[list[AuditRecord], int]:
         return await self._log.read(tenant, user, session, after_seq, to_seq, limit)
 
-    async def verify(self, from_seq: int, to_seq: int) -> Verification:
-        return await self._log.verify(from_seq, to_seq)
+    async def verify(self, from_seq: int, to_seq: int, tenant: str = "") -> Verification:
+        return await self._log.verify(from_seq, to_seq, tenant)
 
 
 def adopted() -> float:

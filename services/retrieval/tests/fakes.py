@@ -130,6 +130,9 @@ class MemoryStore:
     def size(self) -> int:
         return len(self.turns)
 
+    def tenant_size(self, tenant: str) -> int:
+        return sum(1 for t, _ in self.turns if t == tenant)
+
     def close(self) -> None:
         pass
 

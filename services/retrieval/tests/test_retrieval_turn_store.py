@@ -712,6 +712,7 @@ def test_everything_survives_close_and_reopen(engine: Engine) -> None:
     assert [g.text for g in got] == ["turn 0", "turn 2", "turn 3", "turn 4"]
     np.testing.assert_array_equal(got[-1].vector, np.full(3, 4, dtype=np.float32))
     assert s.size() == 4
+    assert (s.tenant_size("t1"), s.tenant_size("t2")) == (4, 0)  # the stored-turn quota
     # the sequence continues; it never reuses a seq, even one of an erased turn
     ((t, _),) = s.append([_turn(9)])
     assert t.seq == 8

@@ -300,8 +300,11 @@ def up(settings: CliSettings, *, cluster: bool = False, replicas: int = 1) -> in
     state = Cluster(data_dir, cluster)
     replicas = replicas if cluster else 1
     if "HIPPO_GATEWAY_API_KEYS" not in os.environ:
-        # The CLI's key, accepted for tenant "local", unless the operator configured keys.
-        state.wiring["HIPPO_GATEWAY_API_KEYS"] = json.dumps({settings.api_key: "local"})
+        # The CLI's key, an admin of tenant "local" (the `hippo audit` commands read the
+        # log), unless the operator configured keys.
+        state.wiring["HIPPO_GATEWAY_API_KEYS"] = json.dumps(
+            {settings.api_key: {"tenant": "local", "roles": ["admin"]}}
+        )
     stop = {"now": False}
 
     def on_signal(signum: int, _: object) -> None:

@@ -70,10 +70,27 @@ class Aborted(HippoError):
 
 
 class ResourceExhausted(HippoError):
-    """Overloaded or over quota: the caller should back off, not retry at once."""
+    """Overloaded or over quota: the caller should back off, not retry at once.
+
+    `retry_after` (seconds) becomes a google.rpc RetryInfo, so clients know how long to
+    wait; `quota` (subject, description) a QuotaFailure naming the quota that was hit.
+    A quota that waiting cannot free (stored turns) has no retry_after.
+    """
 
     code = Code.RESOURCE_EXHAUSTED
     reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after: float | None = 0.1,
+        quota: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
+        self.quota = quota
 
 
 class Unauthenticated(HippoError):

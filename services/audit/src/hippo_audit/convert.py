@@ -146,6 +146,9 @@ def verify_response(v: Verdict) -> audit_pb2.VerifyResponse:
         head_seq=v.head_seq,
         head_hash=v.head_hash.hex(),
         checkpoints_checked=v.checkpoints_checked,
+        tenant_entries=v.tenant_entries,
+        tenant_head_seq=v.tenant_head_seq,
+        tenant_head_hash=v.tenant_head_hash.hex(),
     )
     if v.latest_checkpoint is not None:
         out.latest_checkpoint.CopyFrom(checkpoint(v.latest_checkpoint))

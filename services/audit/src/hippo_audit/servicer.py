@@ -70,7 +70,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
     async def Verify(
         self, request: audit_pb2.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> audit_pb2.VerifyResponse:
-        verdict = await self._log().verify(request.from_seq, request.to_seq, request.chain_only)
+        verdict = await self._log().verify(
+            request.from_seq, request.to_seq, request.chain_only, request.tenant
+        )
         return convert.verify_response(verdict)
 
     async def ForgetUser(

@@ -22,13 +22,14 @@ from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
 from hippo_gateway.domain.audit_recorder import AuditRecorder, RecorderConfig
 from hippo_gateway.domain.audit_trail import AuditTrail
-from hippo_gateway.domain.auth import Authenticator
+from hippo_gateway.domain.auth import Authenticator, KeyGrant
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.ports import Sessions
+from hippo_gateway.domain.quota import Quotas, TenantQuota
 from hippo_gateway.servicer import MemoryServicer
-from hippo_gateway.settings import GatewaySettings
+from hippo_gateway.settings import GatewaySettings, TenantQuotaSettings
 
 FULL_NAME = memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
 
@@ -79,14 +80,34 @@ def audit_recorder(
     return recorder, AuditTrail(log, recorder)
 
 
+def authenticator(settings: GatewaySettings) -> Authenticator:
+    grants = {
+        key: value if isinstance(value, str) else KeyGrant(value.tenant, tuple(value.roles))
+        for key, value in settings.api_keys.items()
+    }
+    return Authenticator(grants)
+
+
+def quotas(settings: GatewaySettings) -> Quotas:
+    def quota(q: TenantQuotaSettings) -> TenantQuota:
+        return TenantQuota(q.requests_per_second, q.burst, q.max_stored_turns)
+
+    return Quotas(
+        {tenant: quota(q) for tenant, q in settings.quotas.items()},
+        quota(settings.default_quota),
+        refresh_seconds=settings.quota_refresh_seconds,
+    )
+
+
 def build(settings: GatewaySettings) -> Service:
-    auth = Authenticator(settings.api_keys)
+    auth = authenticator(settings)
     if not len(auth):
         raise SystemExit(
             "gateway: no API keys configured; set HIPPO_GATEWAY_API_KEYS, e.g. "
             '\'{"<key>": "<tenant>"}\' (`hippo up` sets a local one)'
         )
-    servicer = MemoryServicer(auth)
+    limits = quotas(settings)
+    servicer = MemoryServicer(auth, limits)
     channels: list[grpc.aio.Channel] = []
     recorders: list[AuditRecorder] = []
     databases: list[Database] = []
@@ -122,14 +143,17 @@ def build(settings: GatewaySettings) -> Service:
         # The injection service's memtok pipeline: influence per request or per user (off
         # by default; a service without a store answers as off), and Forget's erasure.
         influencer = GrpcInfluencer(injection, settings.llm_timeout_seconds)
+        store = GrpcTurnStore(retrieval)
+        limits.count_turns_with(store.tenant_turns)
         memory = MemoryService(
             embedder,
-            GrpcTurnStore(retrieval),
+            store,
             sessions=sessions,
             audit=recorder,
             # Forget of a user erases their memtoks too; it fails (UNAVAILABLE, retried by
             # the caller) while the injection service is down rather than leave them.
             memtoks=influencer if settings.injection_addr else None,
+            quotas=limits,
         )
         builder = ContextBuilder(
             memory,

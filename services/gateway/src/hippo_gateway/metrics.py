@@ -23,7 +23,15 @@ TURNS = Counter(
 )
 FORGOTTEN = Counter("hippo_gateway_memories_forgotten", "Memories erased by Forget.")
 AUTH_FAILURES = Counter(
-    "hippo_gateway_auth_failures", "Calls refused with UNAUTHENTICATED (missing or unknown key)."
+    "hippo_gateway_auth_failures",
+    "Calls refused with UNAUTHENTICATED (missing, unknown, malformed or ambiguous key) or "
+    "PERMISSION_DENIED (the key's roles do not allow the RPC).",
+)
+QUOTA_REFUSED = Counter(
+    "hippo_gateway_quota_refused",
+    "Calls refused with RESOURCE_EXHAUSTED by a tenant quota, by quota "
+    "(requests_per_second, max_stored_turns).",
+    ["quota"],
 )
 
 # -- audit recording (domain/audit_recorder.py) -----------------------------------------

@@ -10,22 +10,30 @@ from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.errors import Unavailable, Unimplemented
 from hippo_gateway import convert
 from hippo_gateway.domain.audit_trail import AuditTrail
-from hippo_gateway.domain.auth import Authenticator
+from hippo_gateway.domain.auth import Authenticator, Caller
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
+from hippo_gateway.domain.quota import Quotas
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     """Registered when the port binds; given its domain service once warm-up reached the
     peers. Until then health is NOT_SERVING and calls get UNAVAILABLE."""
 
-    def __init__(self, auth: Authenticator) -> None:
+    def __init__(self, auth: Authenticator, quotas: Quotas) -> None:
         self._auth = auth
+        self._quotas = quotas
         self.service: MemoryService | None = None
         self.context: ContextBuilder | None = None
         self.chat: ChatService | None = None
         self.audit: AuditTrail | None = None
+
+    def _caller(self, context: grpc.aio.ServicerContext, rpc: str) -> Caller:
+        """Authenticated, allowed by the key's roles, within the tenant's request rate."""
+        caller = self._auth.caller(context.invocation_metadata(), rpc)
+        self._quotas.admit(caller.tenant)
+        return caller
 
     def _domain(self) -> MemoryService:
         if self.service is None:
@@ -52,7 +60,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def Remember(
         self, request: memory_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.RememberResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "Remember").tenant
         result = await self._domain().remember(
             tenant,
             request.scope.user_id,
@@ -66,21 +74,21 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def Recall(
         self, request: memory_pb2.RecallRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.RecallResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "Recall").tenant
         result = await self._domain().recall(tenant, convert.recall_query(request))
         return convert.recall_response(result)
 
     async def Forget(
         self, request: memory_pb2.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ForgetResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "Forget").tenant
         result = await self._domain().forget(tenant, convert.forget_target(request))
         return convert.forget_response(result)
 
     async def BuildContext(
         self, request: memory_pb2.BuildContextRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.BuildContextResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "BuildContext").tenant
         disclosed = await self._context().build_disclosed(
             tenant,
             request.scope.user_id,
@@ -96,7 +104,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def Chat(
         self, request: memory_pb2.ChatRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[memory_pb2.ChatResponse]:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "Chat").tenant
         events = self._chat().chat(
             tenant,
             request.scope.user_id,
@@ -112,7 +120,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def GetSession(
         self, request: memory_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.GetSessionResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "GetSession").tenant
         state, records = await self._domain().session_view(
             tenant, request.scope.user_id, request.scope.session_id
         )
@@ -121,14 +129,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def VerifyAudit(
         self, request: memory_pb2.VerifyAuditRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.VerifyAuditResponse:
-        self._auth.tenant(context.invocation_metadata())
-        result = await self._audit().verify(request.from_seq, request.to_seq)
+        caller = self._caller(context, "VerifyAudit")
+        # Admins see the whole log; any other key only its tenant's entries and head.
+        tenant = None if caller.admin else caller.tenant
+        result = await self._audit().verify(request.from_seq, request.to_seq, tenant)
         return convert.verify_audit_response(result)
 
     async def ListAuditEntries(
         self, request: memory_pb2.ListAuditEntriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ListAuditEntriesResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "ListAuditEntries").tenant
         records, token = await self._audit().entries(
             tenant,
             request.scope.user_id,
@@ -141,6 +151,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def ReportOutcome(
         self, request: memory_pb2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ReportOutcomeResponse:
-        tenant = self._auth.tenant(context.invocation_metadata())
+        tenant = self._caller(context, "ReportOutcome").tenant
         seq = await self._audit().report(tenant, convert.outcome(request))
         return memory_pb2.ReportOutcomeResponse(audit_seq=seq)

@@ -2,11 +2,57 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import DatabaseSettings, ServiceSettings
 from hippo_gateway.domain.context import INSTRUCTIONS
+
+Role = Literal["read", "write", "erase", "audit-read", "admin"]
+
+
+def _application_roles() -> list[Role]:
+    return ["read", "write", "erase"]
+
+
+class ApiKeyGrant(BaseModel):
+    """One API key's tenant and roles (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(description="The tenant every call with this key acts in.")
+    roles: list[Role] = Field(
+        default_factory=_application_roles,
+        min_length=1,
+        description="What the key may do: read (Recall, BuildContext, GetSession), write "
+        "(Remember, ReportOutcome), erase (Forget), audit-read (ListAuditEntries, "
+        "VerifyAudit of its tenant), admin (all, and VerifyAudit of the whole log). Chat "
+        "needs read and write.",
+    )
+
+
+class TenantQuotaSettings(BaseModel):
+    """One tenant's limits; 0 means unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_second: float = Field(
+        0.0,
+        ge=0,
+        description="Calls per second the tenant may make, per gateway replica (a token "
+        "bucket); over it, RESOURCE_EXHAUSTED with RetryInfo and QuotaFailure.",
+    )
+    burst: int = Field(
+        0, ge=0, description="Calls the tenant may make at once; 0: max(1, requests_per_second)."
+    )
+    max_stored_turns: int = Field(
+        0,
+        ge=0,
+        description="Turns the tenant may store; a Remember that would exceed it gets "
+        "RESOURCE_EXHAUSTED with QuotaFailure and stores nothing.",
+    )
 
 
 class GatewaySettings(ServiceSettings):
@@ -16,12 +62,29 @@ class GatewaySettings(ServiceSettings):
     metrics_port: int = Field(
         9101, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
     )
-    api_keys: dict[str, str] = Field(
+    api_keys: dict[str, str | ApiKeyGrant] = Field(
         default_factory=dict,
         repr=False,  # the keys are the secrets
-        description='JSON object: API key -> tenant, e.g. {"k3y": "acme"}; a key may be '
+        description='JSON object: API key -> tenant, e.g. {"k3y": "acme"} (roles read, '
+        'write, erase), or -> {"tenant": "acme", "roles": ["audit-read"]}; a key may be '
         'given as "sha256:<hex digest>" instead. Required: with none, the gateway does not '
-        'start. `hippo up` sets a local key (HIPPO_CLI_API_KEY -> tenant "local").',
+        'start. `hippo up` sets a local admin key (HIPPO_CLI_API_KEY -> tenant "local").',
+    )
+    quotas: dict[str, TenantQuotaSettings] = Field(
+        default_factory=dict,
+        description='JSON object: tenant -> its quota, e.g. {"acme": {"requests_per_second": '
+        '50, "max_stored_turns": 100000}}; tenants not listed get default_quota.',
+    )
+    default_quota: TenantQuotaSettings = Field(
+        default_factory=TenantQuotaSettings,
+        description="The quota of every tenant not in `quotas` (default: unlimited).",
+    )
+    quota_refresh_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="How often a replica re-reads a tenant's stored-turn count from the "
+        "turn store (between reads it counts its own writes): replicas together may "
+        "overshoot max_stored_turns by what they accept in this interval.",
     )
     embedding_addr: str = Field("127.0.0.1:50052", description="The embedding service.")
     retrieval_addr: str = Field("127.0.0.1:50053", description="The retrieval service.")

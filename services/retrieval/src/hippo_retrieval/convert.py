@@ -125,6 +125,7 @@ def status_response(status: Status) -> retrieval_pb2.StatusResponse:
         vector_backend=status.vector_backend,
         dimension=status.dimension,
         turns=status.turns,
+        tenant_turns=status.tenant_turns,
     )
 
 

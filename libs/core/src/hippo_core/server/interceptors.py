@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry import trace
 
@@ -112,6 +112,21 @@ def _status_details(error: HippoError, code: grpc.StatusCode) -> bytes:
         )
         bad.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
         details.append(bad)
+    if isinstance(error, ResourceExhausted):
+        if error.retry_after is not None:
+            retry = any_pb2.Any()
+            delay = duration_pb2.Duration()
+            delay.FromNanoseconds(max(1, round(error.retry_after * 1e9)))
+            retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+            details.append(retry)
+        if error.quota is not None:
+            subject, description = error.quota
+            failure = any_pb2.Any()
+            violation_q = error_details_pb2.QuotaFailure.Violation(
+                subject=subject, description=description
+            )
+            failure.Pack(error_details_pb2.QuotaFailure(violations=[violation_q]))
+            details.append(failure)
     status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
     return bytes(status.SerializeToString())
 

@@ -125,6 +125,19 @@ class PostgresLog:
         )
         return None if row is None else bytes(row[0])
 
+    def tenant_tip(self, tenant: str, from_seq: int, to_seq: int) -> tuple[int, int, bytes]:
+        row = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT count(*), max(seq) FROM entries"
+                " WHERE tenant = %s AND seq BETWEEN %s AND %s",
+                (tenant, from_seq, to_seq),
+            ).fetchone(),
+            "audit log",
+        )
+        if row is None or not row[0]:
+            return 0, 0, b""
+        return int(row[0]), int(row[1]), self.hash_at(int(row[1])) or b""
+
     def read(self, where: Filter, after_seq: int, to_seq: int, limit: int) -> list[Entry]:
         sql = [f"SELECT {COLUMNS} FROM entries WHERE tenant = %s AND seq > %s AND seq <= %s"]
         args: list[object] = [where.tenant, after_seq, to_seq]

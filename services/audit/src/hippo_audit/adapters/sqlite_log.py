@@ -154,6 +154,15 @@ class SqliteLog:
         row = self._reader().execute("SELECT hash FROM entries WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else bytes(row[0])
 
+    def tenant_tip(self, tenant: str, from_seq: int, to_seq: int) -> tuple[int, int, bytes]:
+        count, last = self._reader().execute(
+            "SELECT COUNT(*), MAX(seq) FROM entries WHERE tenant = ? AND seq BETWEEN ? AND ?",
+            (tenant, from_seq, to_seq),
+        ).fetchone()
+        if not count:
+            return 0, 0, b""
+        return int(count), int(last), self.hash_at(int(last)) or b""
+
     def read(self, where: Filter, after_seq: int, to_seq: int, limit: int) -> list[Entry]:
         sql = [f"SELECT {COLUMNS} FROM entries WHERE tenant = ? AND seq > ? AND seq <= ?"]
         args: list[object] = [where.tenant, after_seq, to_seq]

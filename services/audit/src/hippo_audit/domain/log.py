@@ -533,17 +533,22 @@ class AuditLog:
 
     # -- verification --------------------------------------------------------------------
 
-    async def verify(self, from_seq: int, to_seq: int, chain_only: bool) -> Verdict:
+    async def verify(
+        self, from_seq: int, to_seq: int, chain_only: bool, tenant: str = ""
+    ) -> Verdict:
         if from_seq and to_seq and from_seq > to_seq:
             raise InvalidArgument("from_seq", f"{from_seq} exceeds to_seq {to_seq}")
-        verdict = await asyncio.to_thread(self.verify_now, from_seq, to_seq, chain_only)
+        verdict = await asyncio.to_thread(self.verify_now, from_seq, to_seq, chain_only, tenant)
         metrics.VERIFIED.inc(verdict.entries_checked)
         if not verdict.ok:
             metrics.VERIFY_FAILURES.inc()
         return verdict
 
-    def verify_now(self, from_seq: int = 0, to_seq: int = 0, chain_only: bool = False) -> Verdict:
-        """Check the stored log (as it is on disk now) over [from_seq, to_seq] (blocking)."""
+    def verify_now(
+        self, from_seq: int = 0, to_seq: int = 0, chain_only: bool = False, tenant: str = ""
+    ) -> Verdict:
+        """Check the stored log (as it is on disk now) over [from_seq, to_seq] (blocking);
+        with `tenant`, also count that tenant's entries in the range."""
         # The witness before the head, as at open: a checkpoint another replica commits
         # meanwhile must not look like a cut.
         lines = [] if chain_only else self._witness.read()
@@ -569,6 +574,7 @@ class AuditLog:
             found, cps_checked, latest = self._check_witness(lines, head_seq, lo, hi)
             problems.extend(found)
         first = min(problems, key=_order) if problems else None
+        mine = self._store.tenant_tip(tenant, lo, hi) if tenant and lo <= hi else (0, 0, b"")
         return Verdict(
             ok=first is None,
             entries_checked=checked,
@@ -578,6 +584,9 @@ class AuditLog:
             head_hash=head_hash,
             checkpoints_checked=cps_checked,
             latest_checkpoint=latest,
+            tenant_entries=mine[0],
+            tenant_head_seq=mine[1],
+            tenant_head_hash=mine[2],
         )
 
     def _check_witness(

@@ -125,6 +125,10 @@ class Verdict:
     head_hash: bytes
     checkpoints_checked: int
     latest_checkpoint: Checkpoint | None
+    # When a tenant was asked about: its entries in the range, and its last one there.
+    tenant_entries: int = 0
+    tenant_head_seq: int = 0
+    tenant_head_hash: bytes = b""
 
 
 @dataclass(frozen=True)

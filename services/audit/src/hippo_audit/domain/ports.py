@@ -56,6 +56,11 @@ class LogStore(Protocol):
         """The stored hash of entry `seq`, or None when absent."""
         ...
 
+    def tenant_tip(self, tenant: str, from_seq: int, to_seq: int) -> tuple[int, int, bytes]:
+        """(count, last seq, its hash) of the tenant's entries in [from_seq, to_seq];
+        (0, 0, b"") when it has none there."""
+        ...
+
     def read(self, where: Filter, after_seq: int, to_seq: int, limit: int) -> list[Entry]:
         """Up to `limit` entries of where.tenant with after_seq < seq <= to_seq, seq order."""
         ...

@@ -103,8 +103,8 @@ class GrpcAuditLog:
             reply = await self._stub.Read(request)
         return [record(e) for e in reply.entries], int(reply.next_after_seq)
 
-    async def verify(self, from_seq: int, to_seq: int) -> Verification:
-        request = audit_pb2.VerifyRequest(from_seq=from_seq, to_seq=to_seq)
+    async def verify(self, from_seq: int, to_seq: int, tenant: str = "") -> Verification:
+        request = audit_pb2.VerifyRequest(from_seq=from_seq, to_seq=to_seq, tenant=tenant)
         # A long log takes a while (about 10 s per million entries): the caller's own
         # deadline bounds it, not the channel's short default.
         async with calling("audit"):
@@ -116,4 +116,7 @@ class GrpcAuditLog:
             reason=reply.reason,
             head_seq=reply.head_seq,
             head_hash=reply.head_hash,
+            tenant_entries=reply.tenant_entries,
+            tenant_head_seq=reply.tenant_head_seq,
+            tenant_head_hash=reply.tenant_head_hash,
         )

@@ -46,6 +46,12 @@ class GrpcTurnStore:
             reply = await self._stub.Get(request)
         return [convert.memory(r) for r in reply.records]
 
+    async def tenant_turns(self, tenant: str) -> int:
+        """Turns the tenant stores (its stored-turn quota)."""
+        async with calling("retrieval"):
+            reply = await self._stub.Status(retrieval_pb2.StatusRequest(tenant=tenant))
+        return int(reply.tenant_turns)
+
     async def delete(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> list[str]:

@@ -86,6 +86,10 @@ class Verification:
     reason: str
     head_seq: int
     head_hash: str
+    # When asked for one tenant: its entries in the range and its last entry there.
+    tenant_entries: int = 0
+    tenant_head_seq: int = 0
+    tenant_head_hash: str = ""
 
 
 # -- the builders -----------------------------------------------------------------------------

@@ -37,10 +37,25 @@ class AuditTrail:
     def __init__(self, log: AuditLog, recorder: AuditRecorder) -> None:
         self._log, self._recorder = log, recorder
 
-    async def verify(self, from_seq: int, to_seq: int) -> Verification:
+    async def verify(self, from_seq: int, to_seq: int, tenant: str | None) -> Verification:
+        """The whole log's verdict for an admin (`tenant` None); for anyone else the
+        same check, reported for the caller's tenant only: how many of its entries were
+        verified and its last one. The log's size, head and where another tenant's entry
+        broke stay hidden (the chain is one for all tenants, so `ok` covers them all)."""
         if from_seq and to_seq and from_seq > to_seq:
             raise InvalidArgument("from_seq", f"{from_seq} exceeds to_seq {to_seq}")
-        return await self._log.verify(from_seq, to_seq)
+        if tenant is None:
+            return await self._log.verify(from_seq, to_seq)
+        v = await self._log.verify(from_seq, to_seq, tenant)
+        reason = "" if v.ok else "the audit log failed verification; an admin key shows where"
+        return Verification(
+            ok=v.ok,
+            entries_checked=v.tenant_entries,
+            first_bad_seq=0,
+            reason=reason,
+            head_seq=v.tenant_head_seq,
+            head_hash=v.tenant_head_hash,
+        )
 
     async def entries(
         self, tenant: str, user: str, session: str, page_size: int, page_token: str

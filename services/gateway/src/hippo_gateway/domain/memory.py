@@ -31,6 +31,7 @@ from hippo_gateway.domain.models import (
     TurnToStore,
 )
 from hippo_gateway.domain.ports import Embedder, Memtoks, Sessions, TurnStore
+from hippo_gateway.domain.quota import Quotas
 
 
 def now_us() -> int:
@@ -57,8 +58,11 @@ class MemoryService:
         sessions: Sessions | None = None,
         audit: AuditRecorder | None = None,
         memtoks: Memtoks | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self._embedder = embedder
+        # Per-tenant stored-turn quotas (domain/quota.py); None = unlimited.
+        self._quotas = quotas
         # The memtok store (injection); None = no influence pipeline in this deployment.
         self._memtoks = memtoks
         self._store = store
@@ -78,6 +82,9 @@ class MemoryService:
         wait_searchable: bool = False,
     ) -> Remembered:
         validation.check_remember(user, session, turns, idempotency_key)
+        if self._quotas is not None:
+            # Before the first write: a refused Remember stores nothing.
+            await self._quotas.admit_turns(tenant, len(turns))
         received = self._clock()  # one time for every turn of the request
         vectors = await self._embedder.embed([vector_text(t) for t in turns])
         to_store = [
@@ -107,6 +114,8 @@ class MemoryService:
             # UNAVAILABLE, and a retry with the same ids completes it without duplicates.
             await self._sessions.append(tenant, user, session, [session_turn(m) for m, _ in stored])
         created = sum(1 for _, new in stored if new)
+        if self._quotas is not None:
+            self._quotas.stored(tenant, created)
         metrics.TURNS.labels("created").inc(created)
         metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
         return Remembered([m.memory_id for m, _ in stored], created, len(stored) - created)
@@ -139,6 +148,8 @@ class MemoryService:
             tenant, target.user, target.session, list(target.memory_ids)
         )
         metrics.FORGOTTEN.inc(len(erased))
+        if self._quotas is not None:
+            self._quotas.stored(tenant, -len(erased))
         sessions = 0
         if self._sessions is not None:
             # The windows and summaries too: a summary built from erased text goes whole.

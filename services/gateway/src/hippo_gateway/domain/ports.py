@@ -140,7 +140,10 @@ class AuditLog(Protocol):
         where the key exists; and the next after_seq (0 = no more)."""
         ...
 
-    async def verify(self, from_seq: int, to_seq: int) -> Verification: ...
+    async def verify(self, from_seq: int, to_seq: int, tenant: str = "") -> Verification:
+        """The whole chain checked over the range; with `tenant`, that tenant's entries
+        in it counted too."""
+        ...
 
 
 class AuditOutbox(Protocol):

@@ -355,6 +355,13 @@ class PostgresTurnStore:
             raise FailedPrecondition("turn store: the feed head row is missing")
         return int(row[0]), int(row[1])
 
+    def tenant_size(self, tenant: str) -> int:
+        """Turns stored in one tenant (its stored-turn quota)."""
+        self._check_open()
+        with self._db.transaction(WHAT) as conn:
+            row = conn.execute("SELECT count(*) FROM turns WHERE tenant = %s", (tenant,)).fetchone()
+        return int(row[0]) if row else 0
+
     def count(self, tenant: str, user: str) -> int:
         """How many turns the user has stored in the tenant."""
         if not _storable(tenant, user):

@@ -291,6 +291,12 @@ class SqliteTurnStore:
             row = conn.execute("SELECT COUNT(*) FROM turns").fetchone()
         return int(row[0])
 
+    def tenant_size(self, tenant: str) -> int:
+        """Turns stored in one tenant (its stored-turn quota)."""
+        with self._locked() as conn:
+            row = conn.execute("SELECT COUNT(*) FROM turns WHERE tenant = ?", (tenant,)).fetchone()
+        return int(row[0])
+
     def count(self, tenant: str, user: str) -> int:
         """How many turns the user has stored in the tenant."""
         with self._locked() as conn:

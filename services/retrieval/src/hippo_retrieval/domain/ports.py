@@ -56,6 +56,10 @@ class TurnStore(Protocol):
         """Turns stored, all tenants (for status and metrics)."""
         ...
 
+    def tenant_size(self, tenant: str) -> int:
+        """Turns stored in one tenant (the gateway's stored-turn quota)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -73,6 +73,7 @@ class Status:
     dimension: int
     turns: int
     generation: int
+    tenant_turns: int = 0  # of the tenant asked about, if any
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,8 @@ class RetrievalService:
                 log.warning("delete: indexes had not applied the erasure within %.1f s", wait)
         return erased
 
-    def status(self) -> Status:
+    def status(self, tenant: str = "") -> Status:
+        """The stores' state; with `tenant`, also how many turns that tenant stores."""
         live = self._require_live()
         lexical, vectors = live.lexical.applied_seq(), live.vectors.applied_seq()
         return Status(
@@ -280,6 +282,7 @@ class RetrievalService:
             dimension=self._limits.dimension,
             turns=self._store.size(),
             generation=live.number,
+            tenant_turns=self._store.tenant_size(tenant) if tenant else 0,
         )
 
     async def reindex(self) -> AsyncIterator[ReindexProgress]:

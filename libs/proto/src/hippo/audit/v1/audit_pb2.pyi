@@ -188,17 +188,19 @@ class StreamResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("from_seq", "to_seq", "chain_only")
+    __slots__ = ("from_seq", "to_seq", "chain_only", "tenant")
     FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
     TO_SEQ_FIELD_NUMBER: _ClassVar[int]
     CHAIN_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     from_seq: int
     to_seq: int
     chain_only: bool
-    def __init__(self, from_seq: _Optional[int] = ..., to_seq: _Optional[int] = ..., chain_only: _Optional[bool] = ...) -> None: ...
+    tenant: str
+    def __init__(self, from_seq: _Optional[int] = ..., to_seq: _Optional[int] = ..., chain_only: _Optional[bool] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
-    __slots__ = ("ok", "entries_checked", "first_bad_seq", "reason", "head_seq", "head_hash", "checkpoints_checked", "latest_checkpoint")
+    __slots__ = ("ok", "entries_checked", "first_bad_seq", "reason", "head_seq", "head_hash", "checkpoints_checked", "latest_checkpoint", "tenant_entries", "tenant_head_seq", "tenant_head_hash")
     OK_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_CHECKED_FIELD_NUMBER: _ClassVar[int]
     FIRST_BAD_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +209,9 @@ class VerifyResponse(_message.Message):
     HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_HEAD_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TENANT_HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     entries_checked: int
     first_bad_seq: int
@@ -215,7 +220,10 @@ class VerifyResponse(_message.Message):
     head_hash: str
     checkpoints_checked: int
     latest_checkpoint: Checkpoint
-    def __init__(self, ok: _Optional[bool] = ..., entries_checked: _Optional[int] = ..., first_bad_seq: _Optional[int] = ..., reason: _Optional[str] = ..., head_seq: _Optional[int] = ..., head_hash: _Optional[str] = ..., checkpoints_checked: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+    tenant_entries: int
+    tenant_head_seq: int
+    tenant_head_hash: str
+    def __init__(self, ok: _Optional[bool] = ..., entries_checked: _Optional[int] = ..., first_bad_seq: _Optional[int] = ..., reason: _Optional[str] = ..., head_seq: _Optional[int] = ..., head_hash: _Optional[str] = ..., checkpoints_checked: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., tenant_entries: _Optional[int] = ..., tenant_head_seq: _Optional[int] = ..., tenant_head_hash: _Optional[str] = ...) -> None: ...
 
 class ForgetUserRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "actor", "idempotency_key")

@@ -159,7 +159,9 @@ class MemoryServiceServicer:
     def VerifyAudit(self, request, context):
         """VerifyAudit checks the audit log's hash chain (and the latest signed checkpoint, so
         truncation is detected) over a range of sequence numbers. It returns sequence
-        numbers and hashes only, never entry content.
+        numbers and hashes only, never entry content. Needs the audit-read role; the counts,
+        head and failure position are then the caller's tenant's (its entries in the range,
+        its last one), and only an admin key sees the whole log's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -125,24 +125,28 @@ class DeleteResponse(_message.Message):
     def __init__(self, memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns")
+    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns")
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_SEQ_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SEQ_FIELD_NUMBER: _ClassVar[int]
     VECTOR_BACKEND_FIELD_NUMBER: _ClassVar[int]
     DIMENSION_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_TURNS_FIELD_NUMBER: _ClassVar[int]
     last_seq: int
     lexical_seq: int
     vector_seq: int
     vector_backend: str
     dimension: int
     turns: int
-    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ...) -> None: ...
+    tenant_turns: int
+    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ...) -> None: ...
 
 class ReindexRequest(_message.Message):
     __slots__ = ()
