@@ -78,11 +78,14 @@ postgres: $(POSTGRES) ## Unpack Debian's PostgreSQL into .venv/postgres (no serv
 test: $(STAMP) proto-check model $(PROMETHEUS) $(POSTGRES) ## Install what is needed, then run every test (real models, real gRPC)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest
 
-run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it)
-	HF_HUB_OFFLINE=1 $(BIN)/hippo up
+# TLS=1: mTLS between every service, with a throwaway CA under var/tls (hippo up --tls).
+UP_TLS := $(if $(TLS),--tls)
+
+run: $(STAMP) proto-check model ## Install, then start the whole cluster locally (Ctrl-C stops it; TLS=1: mTLS)
+	HF_HUB_OFFLINE=1 $(BIN)/hippo up $(UP_TLS)
 
 run-cluster: $(STAMP) proto-check model $(POSTGRES) ## Cluster mode locally: PostgreSQL + two replicas of every service (Ctrl-C stops it)
-	HF_HUB_OFFLINE=1 $(BIN)/hippo up --cluster
+	HF_HUB_OFFLINE=1 $(BIN)/hippo up --cluster $(UP_TLS)
 
 bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out/)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding_parity.py

@@ -38,7 +38,7 @@ def metadata(settings: CliSettings) -> tuple[tuple[str, str], ...]:
 
 @asynccontextmanager
 async def gateway(settings: CliSettings) -> AsyncIterator[memory_pb2_grpc.MemoryServiceStub]:
-    async with client.channel(settings.gateway_addr) as channel:
+    async with client.channel(settings.gateway_addr, tls_settings=settings.tls) as channel:
         yield memory_pb2_grpc.MemoryServiceStub(channel)
 
 

@@ -58,7 +58,7 @@ def verify(
     """Recompute the hash chain and check it against the signed checkpoints (exit 1 if bad)."""
 
     async def call() -> tuple[audit_pb2.VerifyResponse, audit_pb2.HeadResponse]:
-        async with client.channel(settings.audit_addr) as channel:
+        async with client.channel(settings.audit_addr, tls_settings=settings.tls) as channel:
             stub = audit_pb2_grpc.AuditServiceStub(channel)
             head = await stub.Head(audit_pb2.HeadRequest(), timeout=settings.timeout_seconds)
             request = audit_pb2.VerifyRequest(
@@ -137,7 +137,7 @@ def tail(
     """Print new audit entries as they are appended, until Ctrl-C."""
 
     async def follow() -> None:
-        async with client.channel(settings.audit_addr) as channel:
+        async with client.channel(settings.audit_addr, tls_settings=settings.tls) as channel:
             stub = audit_pb2_grpc.AuditServiceStub(channel)
             head = await stub.Head(audit_pb2.HeadRequest(), timeout=settings.timeout_seconds)
             request = audit_pb2.StreamRequest(

@@ -2,7 +2,8 @@
 own data dir, stopped (gracefully) on exit. Not used by the services themselves.
 
 `cluster=True` starts cluster mode (PostgreSQL + `replicas` processes per service), as
-`make run-cluster` does."""
+`make run-cluster` does; `tls=True` mTLS between every service (`hippo up --tls`), and
+`env` then carries the operator's certificate for the `hippo` commands."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def local_cluster(
     *,
     cluster: bool = False,
     replicas: int = 2,
+    tls: bool = False,
 ) -> Iterator[LocalCluster]:
     env = dict(os.environ)
     assigned: list[endpoints.Endpoint] = []
@@ -78,6 +80,7 @@ def local_cluster(
     env.update(extra_env or {})
     hippo = str(Path(sys.executable).parent / "hippo")
     command = [hippo, "up", *(["--cluster", "--replicas", str(replicas)] if cluster else [])]
+    command += ["--tls"] if tls else []
     launcher = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -104,6 +107,11 @@ def local_cluster(
     }
     for name, target in addrs.items():
         env[f"HIPPO_CLI_{name.upper()}_ADDR"] = target
+    if tls:  # the files `hippo up --tls` made (hippo_cli.launcher._make_certs)
+        certs = data_dir / "tls"
+        env["HIPPO_CLI_TLS__CA_FILE"] = str(certs / "ca.pem")
+        env["HIPPO_CLI_TLS__CERT_FILE"] = str(certs / "operator.pem")
+        env["HIPPO_CLI_TLS__KEY_FILE"] = str(certs / "operator.key")
     local = LocalCluster(env, addrs, metrics, banner, data_dir, running, launcher=launcher)
     # Keep reading what the launcher prints (restarts, then the shutdown): a full pipe
     # would block it mid-sentence.

@@ -41,8 +41,10 @@ from hippo_cli import endpoints
 from hippo_cli.health import wait_serving
 from hippo_cli.registry import SERVICES, ServiceSpec
 from hippo_cli.settings import CliSettings
+from hippo_core.certs import Authority, Issued
 from hippo_core.listen import reserve_ports
 from hippo_core.pgserver import PostgresServer
+from hippo_core.settings import TlsSettings
 
 DATABASE = "hippo"
 RESTART_MIN_S, RESTART_MAX_S, STABLE_S = 0.5, 30.0, 60.0
@@ -95,6 +97,19 @@ class Cluster:
     replicas: list[Replica] = field(default_factory=list)
     wiring: dict[str, str] = field(default_factory=dict)
     postgres: PostgresServer | None = None
+    certs: dict[str, Issued] = field(default_factory=dict)  # `--tls`: service -> its files
+
+    @property
+    def operator(self) -> TlsSettings | None:
+        """What the launcher's own health checks (and the banner's commands) call with."""
+        issued = self.certs.get("operator")
+        if issued is None:
+            return None
+        return TlsSettings(
+            ca_file=str(issued.ca_file),
+            cert_file=str(issued.cert_file),
+            key_file=str(issued.key_file),
+        )
 
     def of(self, service: str) -> list[Replica]:
         return [r for r in self.replicas if r.spec.name == service]
@@ -135,7 +150,13 @@ def _replicas(spec: ServiceSpec, count: int, up: Cluster) -> list[Replica]:
                 env.setdefault(f"{prefix}DATA_DIR", str(up.data_dir / name))
         if up.cluster and up.postgres is not None and hasattr(settings, "database"):
             env.setdefault(f"{prefix}DATABASE__URL", up.postgres.url(DATABASE))
+        issued = up.certs.get(spec.name)
+        if issued is not None:
+            env.setdefault(f"{prefix}TLS__CA_FILE", str(issued.ca_file))
+            env.setdefault(f"{prefix}TLS__CERT_FILE", str(issued.cert_file))
+            env.setdefault(f"{prefix}TLS__KEY_FILE", str(issued.key_file))
         http_port = ports.get("http_port")
+        scheme = "https" if issued is not None else "http"
         out.append(
             Replica(
                 spec,
@@ -143,7 +164,7 @@ def _replicas(spec: ServiceSpec, count: int, up: Cluster) -> list[Replica]:
                 env,
                 f"{host}:{ports['port']}",
                 f"http://{host}:{ports['metrics_port']}/metrics",
-                f"http://{host}:{http_port}" if http_port else "",
+                f"{scheme}://{host}:{http_port}" if http_port else "",
                 up.data_dir / "log" / f"{name}.log",
                 float(settings.grace_seconds),
             )
@@ -184,6 +205,17 @@ def _cluster_secrets(up: Cluster) -> dict[str, str]:
     return {"HIPPO_AUDIT_SIGNING_KEY": path.read_text().strip()}
 
 
+def _make_certs(up: Cluster) -> None:
+    """`--tls`: a throwaway CA under <data_dir>/tls, made afresh each start, and one
+    certificate per service plus the operator's (the `hippo` commands)."""
+    directory = up.data_dir / "tls"
+    for old in ("ca.pem", "ca.key"):
+        (directory / old).unlink(missing_ok=True)
+    ca = Authority(directory)
+    for name in [spec.name for spec in SERVICES] + ["operator"]:
+        up.certs[name] = ca.issue(name)
+
+
 def _start_postgres(up: Cluster, settings: CliSettings) -> str:
     port = settings.postgres_port or reserve_ports(1)[0]
     server = PostgresServer(up.data_dir / "cluster" / "postgres" / "data", port)
@@ -219,10 +251,17 @@ def _stop(up: Cluster) -> None:
     endpoints.remove(up.data_dir)
 
 
-async def _wait_ready(group: list[Replica], timeout: float, stopping: Callable[[], bool]) -> bool:
+async def _wait_ready(
+    group: list[Replica],
+    timeout: float,
+    stopping: Callable[[], bool],
+    tls: TlsSettings | None = None,
+) -> bool:
     """True once every replica is SERVING; False if one dies, Ctrl-C arrives or time runs
     out."""
-    waits = [asyncio.create_task(wait_serving(r.addr, r.spec.full_name, timeout)) for r in group]
+    waits = [
+        asyncio.create_task(wait_serving(r.addr, r.spec.full_name, timeout, tls=tls)) for r in group
+    ]
     try:
         while not all(w.done() for w in waits):
             dead = any(r.process is not None and r.process.poll() is not None for r in group)
@@ -266,6 +305,7 @@ def _supervise(up: Cluster, stopping: Callable[[], bool]) -> None:
 
 def _banner(up: Cluster, settings: CliSettings) -> None:
     mode = "cluster mode, PostgreSQL" if up.cluster else "embedded"
+    mode += ", mTLS" if up.certs else ""
     click.echo(f"\nHippo is up ({mode}). Services:")
     for r in up.replicas:
         label = r.name if up.cluster else r.spec.name
@@ -275,17 +315,33 @@ def _banner(up: Cluster, settings: CliSettings) -> None:
     gateway = endpoints.target([r.addr for r in up.of("gateway")])
     # The CLI's key, unless the operator configured the gateway's keys themselves.
     key = settings.api_key if "HIPPO_GATEWAY_API_KEYS" in up.wiring else "<your key>"
+    operator = up.operator
+    tls_env = ""
+    channel = f"grpc.insecure_channel('{gateway}'"
+    if operator is not None:
+        # The operator's certificate: the gateway needs only the CA, the internal
+        # services (hippo health, audit verify, reindex) the certificate too.
+        tls_env = (
+            "  (TLS: every service requires a certificate from this CA; the commands\n"
+            "  below need the operator's)\n"
+            f"  export HIPPO_CLI_TLS__CA_FILE={operator.ca_file}\n"
+            f"  export HIPPO_CLI_TLS__CERT_FILE={operator.cert_file}\n"
+            f"  export HIPPO_CLI_TLS__KEY_FILE={operator.key_file}\n"
+        )
+        channel = (
+            f"grpc.secure_channel('{gateway}', "
+            f"grpc.ssl_channel_credentials(open('{operator.ca_file}', 'rb').read())"
+        )
     click.echo(
         "\nTry it (in another terminal; the commands find the replicas in "
-        f"{endpoints.path(up.data_dir)}):\n"
-        "  .venv/bin/hippo health\n"
+        f"{endpoints.path(up.data_dir)}):\n" + tls_env + "  .venv/bin/hippo health\n"
         '  .venv/bin/hippo remember --user alice --session s1 "I moved to Lisbon in May"\n'
         '  .venv/bin/hippo recall "where does she live now?" --user alice\n'
         "  .venv/bin/hippo replay ../shared/data/locomo-dev.json   # a LoCoMo-format file\n"
         "\nor from Python with the generated stubs (the API key goes in the metadata):\n"
         "  import grpc\n"
         "  from hippo.memory.v1 import memory_pb2 as pb, memory_pb2_grpc as rpc\n"
-        f"  stub = rpc.MemoryServiceStub(grpc.insecure_channel('{gateway}'"
+        f"  stub = rpc.MemoryServiceStub({channel}"
         + (", options=[('grpc.lb_policy_name', 'round_robin')]))\n" if up.cluster else "))\n")
         + "  r = stub.Recall(pb.RecallRequest(scope=pb.Scope(user_id='alice'), query='Lisbon'),\n"
         f"                  metadata=[('x-api-key', '{key}')], timeout=5)\n"
@@ -294,10 +350,14 @@ def _banner(up: Cluster, settings: CliSettings) -> None:
     )
 
 
-def up(settings: CliSettings, *, cluster: bool = False, replicas: int = 1) -> int:
+def up(
+    settings: CliSettings, *, cluster: bool = False, replicas: int = 1, tls: bool = False
+) -> int:
     data_dir = Path(settings.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     state = Cluster(data_dir, cluster)
+    if tls:
+        _make_certs(state)
     replicas = replicas if cluster else 1
     if "HIPPO_GATEWAY_API_KEYS" not in os.environ:
         # The CLI's key, an admin of tenant "local" (the `hippo audit` commands read the
@@ -330,7 +390,7 @@ def up(settings: CliSettings, *, cluster: bool = False, replicas: int = 1) -> in
             state.wiring.update(_peer_wiring(group))
             started = time.monotonic()
             timeout = settings.startup_timeout_seconds
-            ready = asyncio.run(_wait_ready(group, timeout, stopping))
+            ready = asyncio.run(_wait_ready(group, timeout, stopping, state.operator))
             if stop["now"]:
                 click.echo(" interrupted")
                 return 130

@@ -17,6 +17,7 @@ from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
 from hippo_core import client, envfile
+from hippo_core.settings import TlsSettings
 
 
 def _fail(exc: grpc.aio.AioRpcError) -> None:
@@ -38,15 +39,45 @@ def _addresses(settings: CliSettings) -> dict[str, list[str]]:
     return out
 
 
+def _tls(settings: CliSettings, ca: str | None, cert: str | None, key: str | None) -> TlsSettings:
+    """The options over HIPPO_CLI_TLS__*; a certificate needs its key."""
+    given = {"ca_file": ca, "cert_file": cert, "key_file": key}
+    tls = settings.tls.model_copy(update={k: v for k, v in given.items() if v is not None})
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls.cert_file and not tls.ca_file:
+        raise click.UsageError("--tls-cert needs --tls-ca (the CA that signs the servers)")
+    return tls
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA bundle (PEM) that signs the services' certificates: TLS on [HIPPO_CLI_TLS__CA_FILE].",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Client certificate (PEM), the operator's for internal services "
+    "[HIPPO_CLI_TLS__CERT_FILE].",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Private key of --tls-cert [HIPPO_CLI_TLS__KEY_FILE].",
+)
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Hippo: long-term, private, verifiable memory for LLM applications."""
     settings = CliSettings()
     # Commands reach every replica of a local cluster unless told otherwise.
     addrs = _addresses(settings)
     ctx.obj = settings.model_copy(
-        update={f"{name}_addr": endpoints.target(a) for name, a in addrs.items()}
+        update={
+            **{f"{name}_addr": endpoints.target(a) for name, a in addrs.items()},
+            "tls": _tls(settings, tls_ca, tls_cert, tls_key),
+        }
     )
 
 
@@ -57,15 +88,22 @@ def cli(ctx: click.Context) -> None:
     help="Cluster mode: PostgreSQL as the state of record and --replicas processes per service.",
 )
 @click.option("--replicas", type=click.IntRange(1, 8), help="Processes per service (--cluster).")
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="mTLS between every service: a throwaway CA and certificates under <data_dir>/tls.",
+)
 @click.pass_obj
-def up(settings: CliSettings, cluster: bool, replicas: int | None) -> None:
+def up(settings: CliSettings, cluster: bool, replicas: int | None, tls: bool) -> None:
     """Start every service locally on loopback and wait until Ctrl-C."""
-    sys.exit(launcher.up(settings, cluster=cluster, replicas=replicas or settings.replicas))
+    count = replicas or settings.replicas
+    sys.exit(launcher.up(settings, cluster=cluster, replicas=count, tls=tls))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-def health(as_json: bool) -> None:
+@click.pass_obj
+def health(settings: CliSettings, as_json: bool) -> None:
     """Readiness of every replica of every service (exit code 1 if any is not SERVING)."""
     addrs = _addresses(CliSettings())  # replica by replica, not the balanced targets
 
@@ -73,7 +111,7 @@ def health(as_json: bool) -> None:
         out: dict[str, list[dict[str, str]]] = {}
         for spec in SERVICES:
             out[spec.name] = [
-                {"addr": addr, "status": await check(addr, spec.full_name)}
+                {"addr": addr, "status": await check(addr, spec.full_name, tls=settings.tls)}
                 for addr in addrs[spec.name]
             ]
         return out
@@ -98,7 +136,7 @@ def embed(settings: CliSettings, texts: tuple[str, ...], as_json: bool) -> None:
     """Embed TEXTS with the embedding service and show the vectors."""
 
     async def run() -> embedding_pb2.EmbedResponse:
-        async with client.channel(settings.embedding_addr) as channel:
+        async with client.channel(settings.embedding_addr, tls_settings=settings.tls) as channel:
             stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
             reply: embedding_pb2.EmbedResponse = await stub.Embed(
                 embedding_pb2.EmbedRequest(texts=list(texts)), timeout=settings.timeout_seconds

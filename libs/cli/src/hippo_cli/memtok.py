@@ -50,7 +50,7 @@ def mode(settings: Any, user: str, tenant: str, mode: str) -> None:
     }
 
     async def call() -> int:
-        async with client.channel(settings.injection_addr) as channel:
+        async with client.channel(settings.injection_addr, tls_settings=settings.tls) as channel:
             stub = injection_pb2_grpc.InjectionServiceStub(channel)
             request = injection_pb2.SetUserInfluenceRequest(
                 tenant=tenant, user_id=user, mode=values[mode]

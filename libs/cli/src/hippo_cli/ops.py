@@ -21,7 +21,7 @@ def reindex(settings: CliSettings) -> None:
     so the others serve meanwhile."""
 
     async def call(addr: str) -> retrieval_pb2.ReindexResponse:
-        async with client.channel(addr) as channel:
+        async with client.channel(addr, tls_settings=settings.tls) as channel:
             stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
             status = await stub.Status(retrieval_pb2.StatusRequest(), timeout=10)
             last = retrieval_pb2.ReindexResponse()

@@ -61,7 +61,7 @@ def seed(settings: CliSettings, file: Path, tenant: str, holdout: int, limit: in
     started = time.monotonic()
 
     async def run() -> None:
-        async with client.channel(settings.injection_addr) as channel:
+        async with client.channel(settings.injection_addr, tls_settings=settings.tls) as channel:
             stub = injection_pb2_grpc.InjectionServiceStub(channel)
             with click.progressbar(length=len(work), label="seeding", file=sys.stderr) as bar:
                 for user, (text, reply, when) in work:

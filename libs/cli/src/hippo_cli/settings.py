@@ -5,9 +5,13 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hippo_core.settings import TlsSettings
+
 
 class CliSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HIPPO_CLI_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="HIPPO_CLI_", extra="forbid", frozen=True, env_nested_delimiter="__"
+    )
 
     gateway_addr: str = Field(
         "127.0.0.1:50051", description="Where the memory commands reach the gateway."
@@ -48,6 +52,12 @@ class CliSettings(BaseSettings):
     )
     replicas: int = Field(
         2, ge=1, le=8, description="Processes per service that `hippo up --cluster` starts."
+    )
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings,
+        description="Certificates the commands call with (--tls-ca, --tls-cert, --tls-key): "
+        "the CA alone reaches a TLS gateway; internal services also need an operator "
+        "certificate (identity spiffe://hippo/operator). `hippo up --tls` makes them.",
     )
     startup_timeout_seconds: float = Field(
         300.0, gt=0, description="How long `hippo up` waits for each service to be SERVING."

@@ -3,8 +3,8 @@
 Not for production: the chart takes certificates from cert-manager or existing Secrets.
 Each certificate carries the identity `spiffe://hippo/<name>` as its URI SAN (what the
 servers' caller checks read), and `localhost`, `<name>` and 127.0.0.1 as names a
-client may check the server for. `cryptography` is imported here only: the services
-never need it.
+client may check the server for. `cryptography` is imported here only (a dependency of
+hippo-cli, which runs the launcher): the services never need it.
 """
 
 from __future__ import annotations

@@ -108,18 +108,39 @@ def identity(auth_context: dict[str, list[bytes]]) -> str | None:
     return None
 
 
-def http_server_context(tls: TlsSettings) -> ssl.SSLContext:
-    """An HTTPS server context that requires a client certificate from `ca_file` (the
-    injection service's TGI API); `reload_if_changed` picks rotated files up."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls.ca_file)
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    return ctx
+class HttpServerTls:
+    """The HTTPS side of a service (the injection host's TGI API): requires a client
+    certificate from `ca_file`. `reload_if_changed()` (called per request) loads rotated
+    files into the same context, which the connections after it handshake with."""
+
+    def __init__(self, tls: TlsSettings) -> None:
+        self._paths = (tls.key_file, tls.cert_file, tls.ca_file)
+        self._seen = _signature(self._paths)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.verify_mode = ssl.CERT_REQUIRED
+        self._load()
+
+    def _load(self) -> None:
+        key, cert, ca = self._paths
+        self.context.load_verify_locations(ca)  # adds: a CA being rotated in stays trusted
+        self.context.load_cert_chain(cert, key)
+
+    def reload_if_changed(self) -> None:
+        try:
+            seen = _signature(self._paths)
+            if seen != self._seen:
+                self._load()
+                self._seen = seen
+                log.info("tls_reloaded", cert_file=self._paths[1])
+        except (OSError, ssl.SSLError) as exc:  # mid-rotation: keep the loaded files
+            log.warning("tls_reload_failed", error=str(exc))
 
 
 def http_client_context(tls: TlsSettings) -> ssl.SSLContext:
-    """An HTTPS client context that trusts `ca_file` and presents `cert_file`."""
-    ctx = ssl.create_default_context(cafile=tls.ca_file)
+    """An HTTPS client context that trusts `ca_file` (and the system's CAs, for a TGI
+    server elsewhere) and presents `cert_file`."""
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(tls.ca_file)
     if tls.cert_file:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
     return ctx

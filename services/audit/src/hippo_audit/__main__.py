@@ -19,11 +19,26 @@ from hippo_audit.servicer import AuditServicer
 from hippo_audit.settings import AuditSettings
 from hippo_core.errors import FailedPrecondition
 from hippo_core.server.app import Service, run
+from hippo_core.server.authz import OPERATOR, callers
 
 if TYPE_CHECKING:
     from hippo_core.postgres import Database
 
 FULL_NAME = audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name
+# Who may call each RPC when TLS is on (docs/security.md has the whole table): entries
+# come from the gateway and the summariser only, key erasure from the gateway's Forget;
+# the operator's `hippo audit verify|tail` reads.
+CALLERS = callers(
+    FULL_NAME,
+    {
+        "Append": {"gateway", "summariser"},
+        "Head": {OPERATOR},
+        "Read": {"gateway"},
+        "Stream": {OPERATOR},
+        "Verify": {"gateway", OPERATOR},
+        "ForgetUser": {"gateway"},
+    },
+)
 
 
 @dataclass
@@ -111,7 +126,7 @@ def build(settings: AuditSettings) -> Service:
             if done.database is not None:
                 await asyncio.to_thread(done.database.close)
 
-    return Service("audit", [FULL_NAME], register, warmup, close)
+    return Service("audit", [FULL_NAME], register, warmup, close, callers=CALLERS)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import grpc
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.server.app import Service, run
+from hippo_core.server.authz import OPERATOR, callers
 from hippo_embedding import adapters
 from hippo_embedding.domain.batcher import MicroBatcher
 from hippo_embedding.domain.cache import VectorCache
@@ -17,6 +18,11 @@ from hippo_embedding.servicer import EmbeddingServicer
 from hippo_embedding.settings import EmbeddingSettings
 
 FULL_NAME = embedding_pb2.DESCRIPTOR.services_by_name["EmbeddingService"].full_name
+# Who may call each RPC when TLS is on (docs/security.md has the whole table).
+CALLERS = callers(
+    FULL_NAME,
+    {"Embed": {"gateway", "injection", OPERATOR}, "Info": {"gateway", OPERATOR}},
+)
 WARMUP_TEXTS = ["Hippo warms up the encoder.", "A second, longer sentence so shapes vary a bit."]
 
 
@@ -49,7 +55,7 @@ def build(settings: EmbeddingSettings) -> Service:
         for batcher in batchers:
             await batcher.close()
 
-    return Service("embedding", [FULL_NAME], register, warmup, close)
+    return Service("embedding", [FULL_NAME], register, warmup, close, callers=CALLERS)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import grpc
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
-from hippo_core import client, outbox
+from hippo_core import client, outbox, tls
 from hippo_core.postgres import Database, engine
 from hippo_core.server.app import Service, run
 from hippo_gateway.adapters import fingerprint_key, spool, spool_store
@@ -121,7 +121,10 @@ def build(settings: GatewaySettings) -> Service:
         # 64 turns of 32 KiB: over gRPC's 1 MiB default).
         def peer(addr: str) -> grpc.aio.Channel:
             channel = client.channel(
-                addr, settings.client, max_message_bytes=settings.max_message_bytes
+                addr,
+                settings.client,
+                max_message_bytes=settings.max_message_bytes,
+                tls_settings=settings.tls,
             )
             channels.append(channel)
             return channel
@@ -165,7 +168,12 @@ def build(settings: GatewaySettings) -> Service:
         servicer.chat = ChatService(
             memory,
             builder,
-            TgiLlm(settings.llm_url, settings.llm_timeout_seconds),
+            TgiLlm(
+                settings.llm_url,
+                settings.llm_timeout_seconds,
+                # Under TLS the injection host's HTTP API wants the gateway's certificate.
+                tls.http_client_context(settings.tls) if settings.tls.enabled else None,
+            ),
             influencer,
         )
         servicer.context = builder

@@ -10,6 +10,7 @@ import grpc
 
 from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo_core.server.app import Service, run
+from hippo_core.server.authz import OPERATOR, callers
 from hippo_injection.domain.queue import ModelQueue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import GenerateRequest, Prompt
@@ -19,6 +20,26 @@ from hippo_injection.settings import InjectionSettings
 from hippo_injection.tgi_http import TgiHttpApi
 
 FULL_NAME = injection_pb2.DESCRIPTOR.services_by_name["InjectionService"].full_name
+# Who may call each RPC when TLS is on (docs/security.md has the whole table): the
+# gateway generates, plans and erases; the summariser counts tokens; the operator's
+# `hippo memtok` and `hippo seed` set influence and seed memtoks, and the benchmarks
+# score and make value vectors.
+CALLERS = callers(
+    FULL_NAME,
+    {
+        "Generate": {"gateway", OPERATOR},
+        "Score": {OPERATOR},
+        "CountTokens": {"gateway", "summariser", OPERATOR},
+        "MakeValueVector": {OPERATOR},
+        "Info": {"gateway", "summariser", OPERATOR},
+        "PlanInfluence": {"gateway"},
+        "WriteMemtoks": {"gateway", OPERATOR},
+        "SetUserInfluence": {OPERATOR},
+        "ForgetUser": {"gateway"},
+    },
+)
+# The TGI HTTP API (/generate): the gateway's Chat and the summariser's merges.
+HTTP_CALLERS = frozenset({"gateway", "summariser", OPERATOR})
 VERSION = "0.1.0"
 
 
@@ -53,7 +74,9 @@ def open_memtok(settings: InjectionSettings, engine, queue: ModelQueue):  # type
     from hippo_injection.domain.memtok.service import MemtokService
     from hippo_injection.memtok_wiring import build_pipeline
 
-    embedder = EmbeddingClient(settings.embedding_addr, settings.client.timeout_seconds)
+    embedder = EmbeddingClient(
+        settings.embedding_addr, settings.client.timeout_seconds, settings.tls
+    )
     return MemtokService(build_pipeline(settings, engine, embedder), queue)
 
 
@@ -75,7 +98,7 @@ def build(settings: InjectionSettings) -> Service:
 
     async def warmup() -> None:
         # HTTP first, so /health answers 503 while the model loads, like the gRPC health.
-        await http.start(settings.host, settings.http_port)
+        await http.start(settings.host, settings.http_port, settings.tls, HTTP_CALLERS)
         # Off the event loop: conversion takes minutes on first start and health probes
         # must keep answering NOT_SERVING meanwhile.
         engine = await asyncio.to_thread(load_engine, settings)
@@ -110,7 +133,9 @@ def build(settings: InjectionSettings) -> Service:
         if servicer.memtok is not None:
             servicer.memtok.close()
 
-    return Service("injection", [FULL_NAME], register, warmup, close, version=VERSION)
+    return Service(
+        "injection", [FULL_NAME], register, warmup, close, version=VERSION, callers=CALLERS
+    )
 
 
 def main() -> None:

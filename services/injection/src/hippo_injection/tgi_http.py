@@ -6,6 +6,11 @@ POST /generate_stream (server-sent events), GET /info, GET /health. Errors are T
 ErrorResponse with its status codes: 422 validation, 429 overloaded, 503 not ready,
 504 deadline, 424 anything else. A client that disconnects cancels its handler
 (`handler_cancellation`), which stops generation and removes the request's hooks.
+
+Under TLS the API is HTTPS and requires a client certificate from the CA; the routes
+that generate answer only the services allowed to (their certificate's identity, as
+for gRPC: hippo_core.server.authz), anyone else gets 403. /health and /info stay open
+to any verified caller.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import structlog
 from aiohttp import web
 
 from hippo_core import context as request_context
-from hippo_core import tracing
+from hippo_core import tls, tracing
 from hippo_core.errors import Code, DeadlineExceeded, HippoError, InvalidArgument
+from hippo_core.settings import TlsSettings
 from hippo_injection import tgi_convert
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import Generated, Token
@@ -36,6 +42,7 @@ _STATUS = {
     Code.DEADLINE_EXCEEDED: (504, "generation"),
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN = ("/health", "/info")  # to any verified caller, as gRPC health and reflection are
 
 
 def _error_reply(exc: Exception) -> web.Response:
@@ -63,10 +70,12 @@ class TgiHttpApi:
         self._max_waiting = max_waiting
         self._version = version
         self._runner: web.AppRunner | None = None
+        self._tls: tls.HttpServerTls | None = None
+        self._callers: frozenset[str] = frozenset()
         self.port = 0
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._traced, self._errors])
+        app = web.Application(middlewares=[self._caller, self._traced, self._errors])
         app.router.add_post("/", self.compat)
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/generate_stream", self.generate_stream)
@@ -74,19 +83,42 @@ class TgiHttpApi:
         app.router.add_get("/health", self.health)
         return app
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        tls_settings: TlsSettings | None = None,
+        callers: frozenset[str] = frozenset(),
+    ) -> None:
+        """Plaintext, or (TLS settings with a CA) HTTPS where only `callers` generate."""
         self._runner = web.AppRunner(
             self.app(), handler_cancellation=True, shutdown_timeout=self._grace, access_log=None
         )
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        if tls_settings is not None and tls_settings.enabled:
+            self._tls, self._callers = tls.HttpServerTls(tls_settings), callers
+        context = self._tls.context if self._tls is not None else None
+        await web.TCPSite(self._runner, host, port, ssl_context=context).start()
         self.port = int(self._runner.addresses[0][1])
-        log.info("http_listening", port=self.port)
+        log.info("http_listening", port=self.port, tls=context is not None)
 
     async def stop(self) -> None:
         """Stop accepting, give requests in flight the grace period, then close."""
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _caller(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._tls is None:
+            return await handler(request)
+        self._tls.reload_if_changed()  # for the connections after this one
+        transport = request.transport
+        who = tls.peer_identity(transport.get_extra_info("peercert") if transport else None)
+        if request.path not in OPEN and who not in self._callers:
+            caller = who or "a caller without a Hippo identity"
+            message = f"{caller} may not call {request.path}"
+            return web.json_response(tgi_convert.error(message, "permission"), status=403)
+        return await handler(request)
 
     @web.middleware
     async def _traced(self, request: web.Request, handler: Handler) -> web.StreamResponse:

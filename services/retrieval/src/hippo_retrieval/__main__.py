@@ -10,6 +10,7 @@ import grpc
 
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.server.app import Service, run
+from hippo_core.server.authz import OPERATOR, callers
 from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
 from hippo_retrieval.adapters.shared_vectors import WriterLease
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
@@ -21,6 +22,19 @@ from hippo_retrieval.servicer import RetrievalServicer
 from hippo_retrieval.settings import RetrievalSettings
 
 FULL_NAME = retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name
+# Who may call each RPC when TLS is on (docs/security.md has the whole table): the
+# gateway reads, writes and counts (quotas), the operator's `hippo reindex` rebuilds.
+CALLERS = callers(
+    FULL_NAME,
+    {
+        "Write": {"gateway"},
+        "Search": {"gateway"},
+        "Get": {"gateway"},
+        "Delete": {"gateway"},
+        "Status": {"gateway", OPERATOR},
+        "Reindex": {OPERATOR},
+    },
+)
 
 
 def _nothing() -> None:
@@ -107,7 +121,7 @@ def build(settings: RetrievalSettings) -> Service:
             finally:
                 release()
 
-    return Service("retrieval", [FULL_NAME], register, warmup, close)
+    return Service("retrieval", [FULL_NAME], register, warmup, close, callers=CALLERS)
 
 
 def main() -> None:

@@ -10,9 +10,10 @@ import grpc
 import structlog
 
 from hippo.summariser.v1 import summariser_pb2, summariser_pb2_grpc
-from hippo_core import client
+from hippo_core import client, tls
 from hippo_core.outbox import DrainConfig, Outbox, OutboxStore, SqliteOutbox, new_owner
 from hippo_core.server.app import Service, run
+from hippo_core.server.authz import OPERATOR, callers
 from hippo_summariser import metrics
 from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
@@ -30,6 +31,16 @@ from hippo_summariser.settings import SummariserSettings
 
 log = structlog.stdlib.get_logger("hippo.summariser")
 FULL_NAME = summariser_pb2.DESCRIPTOR.services_by_name["SummariserService"].full_name
+# Who may call each RPC when TLS is on (docs/security.md has the whole table).
+CALLERS = callers(
+    FULL_NAME,
+    {
+        "Append": {"gateway"},
+        "GetSession": {"gateway", OPERATOR},
+        "Forget": {"gateway"},
+        "Flush": {OPERATOR},
+    },
+)
 
 
 def merge_config(settings: SummariserSettings) -> MergeConfig:
@@ -95,7 +106,9 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         metrics.SESSIONS.set_function(store.session_count)
         # Made inside the server's loop (aio channels bind to it). The injection service
         # is not awaited: until it answers, turns are stored uncounted (see service.py).
-        injection = client.channel(settings.injection_addr, settings.client)
+        injection = client.channel(
+            settings.injection_addr, settings.client, tls_settings=settings.tls
+        )
         channels.append(injection)
         counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
         llm = TgiLlm(
@@ -108,10 +121,14 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
                 seed=settings.llm_seed,
                 repetition_penalty=settings.llm_repetition_penalty,
             ),
+            # Under TLS the injection host's HTTP API wants the summariser's certificate.
+            tls.http_client_context(settings.tls) if settings.tls.enabled else None,
         )
         outbox = None
         if outbox_store is not None:
-            audit_channel = client.channel(settings.audit_addr, settings.client)
+            audit_channel = client.channel(
+                settings.audit_addr, settings.client, tls_settings=settings.tls
+            )
             channels.append(audit_channel)
             outbox = Outbox(
                 audit.OUTBOX,
@@ -160,7 +177,7 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         for channel in channels:
             await channel.close()
 
-    return Service("summariser", [FULL_NAME], register, warmup, close)
+    return Service("summariser", [FULL_NAME], register, warmup, close, callers=CALLERS)
 
 
 def main() -> None:

@@ -1,18 +1,23 @@
-"""The LLM through a TGI-compatible HTTP endpoint, with the `text-generation` client.
+"""The LLM through a TGI-compatible HTTP endpoint, in the `text-generation` client's types.
 
 The local default is the injection service's TGI API; any TGI server can replace it by
-configuration. The client's own exceptions become the statuses they mean for our caller.
+configuration. The request is posted here rather than by `text_generation.AsyncClient`,
+which cannot present a client certificate: under TLS the injection host's API requires
+the gateway's. The client's own exceptions become the statuses they mean for our caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
-from text_generation import AsyncClient
+from pydantic import ValidationError
 from text_generation import errors as tgi
+from text_generation.types import Parameters, Request, StreamResponse
 
 from hippo_core import context as request_context
 from hippo_core import tracing
@@ -39,10 +44,33 @@ def _error(exc: Exception) -> HippoError:
     return Internal(f"llm failed ({type(exc).__name__})")
 
 
+async def _generate_stream(
+    url: str, request: Request, headers: dict[str, str], timeout: int, tls: ssl.SSLContext | None
+) -> AsyncIterator[StreamResponse]:
+    """What `AsyncClient.generate_stream` does: POST, then one StreamResponse per SSE
+    `data:` line; a TGI error payload raises its `text_generation.errors` exception."""
+    async with (
+        aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(timeout)) as session,
+        session.post(url, json=request.model_dump(), ssl=tls or True) as resp,
+    ):
+        if resp.status != 200:
+            raise tgi.parse_error(resp.status, await resp.json())
+        async for line in resp.content:
+            payload = line.decode("utf-8")
+            if not payload.startswith("data:"):
+                continue
+            data = json.loads(payload[len("data:") :])
+            try:
+                yield StreamResponse(**data)
+            except ValidationError:
+                raise tgi.parse_error(resp.status, data) from None
+
+
 class TgiLlm:
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, tls: ssl.SSLContext | None = None) -> None:
         self._url = base_url
         self._timeout = timeout_s
+        self._tls = tls  # None: the system's CAs, no client certificate
 
     async def stream(self, prompt: str, params: Generation) -> AsyncIterator[Piece]:
         # The client takes whole seconds, for the whole call: the caller's remaining
@@ -53,19 +81,22 @@ class TgiLlm:
             raise DeadlineExceeded("the call's deadline has already passed")
         # `generate_stream` posts to TGI's compat route, "/", with stream=true.
         with tracing.http_client_span("POST /") as headers:
-            client = AsyncClient(self._url, headers=headers, timeout=max(1, math.ceil(timeout)))
             sampling = params.temperature > 0
-            stream = client.generate_stream(
-                prompt,
-                do_sample=sampling,
-                max_new_tokens=params.max_new_tokens,
-                temperature=params.temperature if sampling else None,
-                top_p=params.top_p if sampling and 0 < params.top_p < 1 else None,
-                top_k=params.top_k if sampling and params.top_k > 0 else None,
-                seed=params.seed or None,
-                stop_sequences=list(params.stop) or None,
-            )
             try:
+                parameters = Parameters(
+                    details=True,
+                    decoder_input_details=False,
+                    do_sample=sampling,
+                    max_new_tokens=params.max_new_tokens,
+                    temperature=params.temperature if sampling else None,
+                    top_p=params.top_p if sampling and 0 < params.top_p < 1 else None,
+                    top_k=params.top_k if sampling and params.top_k > 0 else None,
+                    seed=params.seed or None,
+                    stop=list(params.stop),
+                )
+                request = Request(inputs=prompt, stream=True, parameters=parameters)
+                seconds = max(1, math.ceil(timeout))
+                stream = _generate_stream(self._url, request, headers, seconds, self._tls)
                 async for response in stream:
                     text = "" if response.token.special else response.token.text
                     details = response.details

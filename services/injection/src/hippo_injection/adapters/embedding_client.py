@@ -9,12 +9,14 @@ import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client
+from hippo_core.settings import TlsSettings
 from hippo_injection.domain.memtok.models import Vector
 
 
 class EmbeddingClient:
-    def __init__(self, addr: str, timeout_s: float) -> None:
-        self._channel = client.blocking_channel(addr)  # counted and traced like aio peers
+    def __init__(self, addr: str, timeout_s: float, tls: TlsSettings | None = None) -> None:
+        # Counted and traced like aio peers, with this service's certificate under TLS.
+        self._channel = client.blocking_channel(addr, tls_settings=tls)
         self._stub = embedding_pb2_grpc.EmbeddingServiceStub(self._channel)
         self._timeout = timeout_s
 

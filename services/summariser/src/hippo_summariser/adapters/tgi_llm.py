@@ -1,21 +1,23 @@
 """The merge LLM through text-generation-inference's HTTP API (the `Llm` port).
 
-`text_generation.AsyncClient` speaks TGI's API; by default it talks to the injection
-host's TGI-compatible endpoint, and any TGI server works the same way. Every call has a
-deadline twice over: the client's own aiohttp timeout and an asyncio timeout around it
-(the client's covers the HTTP exchange, ours also covers its session set-up).
+The request and reply are the `text_generation` client's types, posted here rather
+than by `text_generation.AsyncClient`, which cannot present a client certificate: under
+TLS the injection host's API requires the summariser's. By default it talks to the
+injection host's TGI-compatible endpoint, and any TGI server works the same way. Every
+call has a deadline twice over: aiohttp's timeout and an asyncio timeout around it
+(aiohttp's covers the HTTP exchange, ours also covers its session set-up).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
-from text_generation import AsyncClient
 from text_generation import errors as tgi_errors
-from text_generation.types import FinishReason
+from text_generation.types import FinishReason, Parameters, Request, Response
 
 from hippo_summariser.domain.ports import Completion, LlmRejected, LlmUnavailable
 
@@ -51,10 +53,25 @@ class Generation:
 
 
 class TgiLlm:
-    def __init__(self, url: str, timeout: float, generation: Generation) -> None:
-        self._client = AsyncClient(url, timeout=timeout)
+    def __init__(
+        self, url: str, timeout: float, generation: Generation, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self._url = url
         self._timeout = timeout
         self._generation = generation
+        self._tls = tls  # None: the system's CAs, no client certificate
+
+    async def _generate(self, parameters: Parameters, prompt: str) -> Response:
+        """What `AsyncClient.generate` does: POST to TGI's compat route, one Response."""
+        request = Request(inputs=prompt, stream=False, parameters=parameters)
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(self._timeout)) as session,
+            session.post(self._url, json=request.model_dump(), ssl=self._tls or True) as resp,
+        ):
+            payload = await resp.json()
+            if resp.status != 200:
+                raise tgi_errors.parse_error(resp.status, payload)
+            return Response(**payload[0])
 
     async def complete(
         self, prompt: str, *, max_new_tokens: int, stop: Sequence[str]
@@ -63,17 +80,18 @@ class TgiLlm:
         sampling = {} if g.greedy else {"temperature": g.temperature, "top_p": g.top_p}
         try:
             async with asyncio.timeout(self._timeout):
-                reply = await self._client.generate(
-                    prompt,
+                parameters = Parameters(
+                    details=True,
                     do_sample=not g.greedy,
                     max_new_tokens=max_new_tokens,
-                    stop_sequences=list(stop),
+                    stop=list(stop),
                     seed=g.seed,
                     repetition_penalty=(
                         g.repetition_penalty if g.repetition_penalty != 1.0 else None
                     ),
                     **sampling,
                 )
+                reply = await self._generate(parameters, prompt)
         except _REJECTED as exc:
             raise LlmRejected(str(exc)) from exc
         except (TimeoutError, aiohttp.ClientError, *_TRANSIENT) as exc:
