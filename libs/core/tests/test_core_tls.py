@@ -16,7 +16,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_core import client
+from hippo_core import client, healthcheck
 from hippo_core.certs import Authority, Issued
 from hippo_core.server.authz import callers
 from hippo_core.settings import ServiceSettings, TlsSettings
@@ -192,3 +192,18 @@ async def test_an_ipv4_list_target_is_checked_against_its_first_host(
 ) -> None:
     reply = await embed(f"ipv4:{server.addr}", tls_of(ca.issue("gateway")))
     assert reply.count == 1
+
+
+async def test_the_probe_module_checks_an_mtls_server_with_the_pods_certificate(
+    server: Harness, ca: Authority
+) -> None:
+    """What the chart's exec probes run under TLS (kubelet's gRPC probes cannot)."""
+    own = ca.issue("embedding")
+    with_cert = [
+        f"{server.addr}/{FULL_NAME}",
+        "--tls-ca", str(ca.ca_file), "--tls-cert", str(own.cert_file),
+        "--tls-key", str(own.key_file), "--tls-server-name", "localhost",
+    ]  # fmt: skip
+    assert await asyncio.to_thread(healthcheck.main, with_cert) == 0
+    without = [f"{server.addr}/{FULL_NAME}", "--tls-ca", str(ca.ca_file), "--timeout", "1"]
+    assert await asyncio.to_thread(healthcheck.main, without) == 1
