@@ -42,6 +42,8 @@ class AuditTrail:
         same check, reported for the caller's tenant only: how many of its entries were
         verified and its last one. The log's size, head and where another tenant's entry
         broke stay hidden (the chain is one for all tenants, so `ok` covers them all)."""
+        validation.check_seq("from_seq", from_seq)
+        validation.check_seq("to_seq", to_seq)
         if from_seq and to_seq and from_seq > to_seq:
             raise InvalidArgument("from_seq", f"{from_seq} exceeds to_seq {to_seq}")
         if tenant is None:
@@ -79,12 +81,13 @@ class AuditTrail:
             validation.check_id("scope.session_id", outcome.scope_session)
         if outcome.audit_seq <= 0:
             raise InvalidArgument("audit_seq", "is required (> 0)")
+        validation.check_seq("audit_seq", outcome.audit_seq)
         if outcome.kind not in OUTCOMES:
             raise InvalidArgument("kind", "must be one of OUTCOME_KIND_ACCEPTED..NOTE")
         size = len(outcome.note.encode("utf-8", "surrogatepass"))
         if size > MAX_NOTE_BYTES:
             raise InvalidArgument("note", f"{size} bytes exceeds the limit of {MAX_NOTE_BYTES}")
-        if outcome.kind in ("corrected", "note") and not outcome.note.strip():
+        if outcome.kind in ("corrected", "note") and validation.is_blank(outcome.note):
             raise InvalidArgument("note", f"is required for OUTCOME_KIND_{outcome.kind.upper()}")
         found, _ = await self._log.read(
             tenant,
@@ -119,7 +122,7 @@ def _read_token(token: str, scope: str) -> int:
         version, _, data = token.partition(".")
         raw = json.loads(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
         after, issued_for = int(raw["a"]), str(raw["s"])
-        if version != "v1" or after < 0:
+        if version != "v1" or not 0 <= after <= validation.MAX_SEQ:
             raise ValueError(version)
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise InvalidArgument("page_token", "is not a token this service issued") from exc

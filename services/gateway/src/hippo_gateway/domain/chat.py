@@ -169,7 +169,8 @@ class ChatService:
                 finish, generated = piece.finish_reason, piece.generated_tokens
         reply = "".join(pieces).strip()
         turns = [TurnIn(Role.USER, message)]
-        if reply:  # an empty reply (the model ended at once) is not a turn
+        # An empty or invisible reply (the model ended at once) is not a turn.
+        if not validation.is_blank(reply):
             turns.append(TurnIn(Role.ASSISTANT, reply))
         stored = await self._memory.remember(tenant, user, session, turns)
         ids = [*stored.memory_ids, ""]

@@ -30,10 +30,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from hippo_core.errors import InvalidArgument
+from hippo_core.utc import utc
 from hippo_gateway.domain import disclosure, validation
 from hippo_gateway.domain.audit_events import context_event, influence_event
 from hippo_gateway.domain.audit_recorder import AuditRecorder
@@ -77,7 +77,7 @@ class ContextConfig:
 
 
 def day(time_us: int) -> str:
-    when = datetime.fromtimestamp(time_us / 1_000_000, UTC)
+    when = utc(time_us)
     return f"{when.day} {when:%B %Y}"
 
 
@@ -183,6 +183,7 @@ class ContextBuilder:
             raise InvalidArgument(
                 "token_budget", f"must be 0 (default) or {MIN_BUDGET}..{MAX_BUDGET}, got {budget}"
             )
+        validation.check_top_k(top_k)  # as sent: a refusal reports the caller's value
         top_k = top_k or validation.DEFAULT_TOP_K
         # Recall runs beside the session read, before the window is known, and the best
         # hits for a query are often the recent turns already in the window (they are not

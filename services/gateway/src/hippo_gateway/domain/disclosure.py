@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from hippo_core.utc import utc
 from hippo_gateway.domain.audit_events import AuditEvent
 
 REASONS = {
@@ -32,7 +32,7 @@ class Thresholds:
 
 
 def _date(time_us: int) -> str:
-    return datetime.fromtimestamp(time_us / 1e6, UTC).strftime("%Y-%m-%d")
+    return utc(time_us).strftime("%Y-%m-%d")
 
 
 def _ranks(m: Mapping[str, Any]) -> str:

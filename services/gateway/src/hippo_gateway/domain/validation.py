@@ -5,6 +5,7 @@ the proto spells it, and the limit."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from hippo_core.errors import InvalidArgument
@@ -21,6 +22,16 @@ MAX_METADATA_KEY_BYTES = 64
 MAX_METADATA_VALUE_BYTES = 1024
 MAX_FORGET_IDS = 1000
 MAX_ID_CHARS = 128
+# The summariser keeps `speaker` with each window turn and refuses longer names; checked
+# here so a Remember the turn store would accept is never refused half-way.
+MAX_SPEAKER_CHARS = 256
+SPEAKER = "speaker"
+# Seqs are uint64 on the wire but int64 in every store (SQLite INTEGER, PostgreSQL bigint).
+MAX_SEQ = 2**63 - 1
+# Categories a reader cannot see: controls, format characters (U+200B, U+FEFF, bidi
+# marks), separators and unpaired surrogates; plus the Lo/So "fillers" that render blank.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
@@ -40,10 +51,22 @@ def _bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def check_text(field: str, text: str, limit: int, *, blank_ok: bool = True) -> None:
+def is_blank(text: str) -> bool:
+    """True when nothing in `text` would show: empty, whitespace, or only invisible
+    characters (zero-width spaces, BOMs, bidi marks, controls). A query or turn made of
+    them matches nothing a reader could have meant, so it counts as missing."""
+    return all(
+        c.isspace() or c in _FILLERS or unicodedata.category(c) in _INVISIBLE_CATEGORIES
+        for c in text
+    )
+
+
+def check_text(field: str, text: str, limit: int, *, blank_ok: bool = False) -> None:
     size = _bytes(text)
-    if size == 0 or (not blank_ok and not text.strip()):
-        raise InvalidArgument(field, "is required (empty or only whitespace)")
+    if size == 0 or (not blank_ok and is_blank(text)):
+        raise InvalidArgument(
+            field, "is required (empty, or only whitespace or invisible characters)"
+        )
     if size > limit:
         raise InvalidArgument(field, f"{size} bytes exceeds the limit of {limit}")
     _no_nul(field, text)
@@ -56,6 +79,19 @@ def _no_nul(field: str, text: str) -> None:
         raise InvalidArgument(field, "must not contain NUL (U+0000) characters")
 
 
+def check_top_k(top_k: int) -> None:
+    """`top_k` as sent: 0 (the default) or 1..MAX_TOP_K."""
+    if not 0 <= top_k <= MAX_TOP_K:
+        raise InvalidArgument(
+            "top_k", f"must be 0 (default {DEFAULT_TOP_K}) or 1..{MAX_TOP_K}, got {top_k}"
+        )
+
+
+def check_seq(field: str, seq: int) -> None:
+    if seq > MAX_SEQ:
+        raise InvalidArgument(field, f"must be at most {MAX_SEQ} (2^63-1), got {seq}")
+
+
 def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -> None:
     check_id("scope.user_id", user)
     check_id("scope.session_id", session)
@@ -66,6 +102,11 @@ def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -
     seen: dict[str, int] = {}
     for i, turn in enumerate(turns):
         check_text(f"turns[{i}].text", turn.text, MAX_TEXT_BYTES)
+        if turn.time_us is not None and turn.time_us < 0:
+            # The session window (summariser) and the dates in prompts count from the epoch.
+            raise InvalidArgument(
+                f"turns[{i}].time", "must be 1970-01-01T00:00:00Z or later (the Unix epoch)"
+            )
         if turn.client_id:
             check_id(f"turns[{i}].client_id", turn.client_id)
             if turn.client_id in seen:
@@ -91,17 +132,20 @@ def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -
                 )
             _no_nul(f"turns[{i}].metadata", k)
             _no_nul(f"turns[{i}].metadata[{k}]", v)
+        speaker = turn.metadata.get(SPEAKER, "")
+        if len(speaker) > MAX_SPEAKER_CHARS:
+            raise InvalidArgument(
+                f"turns[{i}].metadata[{SPEAKER}]",
+                f"at most {MAX_SPEAKER_CHARS} characters, got {len(speaker)}",
+            )
 
 
 def check_recall(q: RecallQuery) -> None:
     check_id("scope.user_id", q.user)
     if q.session is not None:
         check_id("scope.session_id", q.session)
-    check_text("query", q.query, MAX_QUERY_BYTES, blank_ok=False)
-    if not 1 <= q.top_k <= MAX_TOP_K:
-        raise InvalidArgument(
-            "top_k", f"must be 0 (default {DEFAULT_TOP_K}) or 1..{MAX_TOP_K}, got {q.top_k}"
-        )
+    check_text("query", q.query, MAX_QUERY_BYTES)
+    check_top_k(q.top_k)
     if q.start_us is not None and q.end_us is not None and q.start_us >= q.end_us:
         raise InvalidArgument("time_range", "start must be earlier than end")
 
@@ -119,3 +163,4 @@ def check_forget_ids(user: str, session: str | None, memory_ids: Sequence[str]) 
             raise InvalidArgument(
                 f"memory_ids.memory_ids[{i}]", f"must be 1..{MAX_ID_CHARS} characters"
             )
+        _no_nul(f"memory_ids.memory_ids[{i}]", memory_id)

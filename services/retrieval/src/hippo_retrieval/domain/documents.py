@@ -20,8 +20,7 @@ turn that holds the identifier, not its neighbour.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
+from hippo_core.utc import utc
 from hippo_retrieval.domain.models import StoredTurn
 
 SPEAKER = "speaker"
@@ -30,7 +29,7 @@ ATTACHMENT = "attachment"
 
 def day(time_us: int) -> str:
     """'8 May 2023' (UTC), the form people write dates in."""
-    when = datetime.fromtimestamp(time_us / 1_000_000, UTC)
+    when = utc(time_us)
     return f"{when.day} {when:%B %Y}"
 
 

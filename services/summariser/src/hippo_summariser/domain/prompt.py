@@ -27,8 +27,8 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from hippo_core.utc import utc
 from hippo_summariser.domain.facts import REPAIR, sentences
 from hippo_summariser.domain.models import Role, WindowTurn
 
@@ -101,7 +101,7 @@ def day(time_us: int) -> str:
     """'8 May 2023' (UTC); empty for an unknown time."""
     if time_us <= 0:
         return ""
-    when = datetime.fromtimestamp(time_us / 1e6, tz=UTC)
+    when = utc(time_us)
     return f"{when.day} {when:%B %Y}"
 
 
