@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -401,3 +402,45 @@ def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(
     assert erased > 0, gone.stdout
     again = _hippo(cluster, "forget", "--user", "conv-0", "--yes")
     assert again.stdout.rstrip().endswith(", 0 memtoks"), again.stdout
+
+
+def _children(parent: int) -> dict[str, int]:
+    """The launcher's service processes: module name (hippo_retrieval, ...) -> pid."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == parent and b"-m" in argv:
+            found[argv[argv.index(b"-m") + 1].decode()] = int(proc.name)
+    return found
+
+
+def test_a_crashed_service_is_restarted_not_the_whole_cluster(cluster: LocalCluster) -> None:
+    """SIGKILL one service of `make run`: the launcher logs it, restarts it on the same
+    port and data dir after a backoff, the others keep running, and what was stored
+    before the crash is found after it. (Last in this module: it kills a service.)"""
+    assert cluster.launcher is not None
+    stored = _hippo(cluster, "remember", "--user", "crash", "--session", "s", "a durable walrus")
+    assert stored.returncode == 0, stored.stderr
+    before = _children(cluster.launcher.pid)
+    assert {"hippo_retrieval", "hippo_gateway"} <= set(before), before
+    os.kill(before["hippo_retrieval"], 9)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = _children(cluster.launcher.pid)
+        health = _hippo(cluster, "health", "--json")
+        pid = now.get("hippo_retrieval")
+        if pid not in (None, before["hippo_retrieval"]) and health.returncode == 0:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"retrieval was not restarted: {now} {health.stdout}")
+    assert now["hippo_gateway"] == before["hippo_gateway"]  # the others kept running
+    assert cluster.launcher.poll() is None
+    found = _hippo(cluster, "recall", "walrus", "--user", "crash", "--mode", "lexical")
+    assert "a durable walrus" in found.stdout, found.stdout + found.stderr
