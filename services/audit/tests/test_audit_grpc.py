@@ -336,3 +336,53 @@ def test_cluster_mode_refuses_a_signing_key_made_per_pod(postgres_url: str, tmp_
     assert done.returncode != 0
     assert "HIPPO_AUDIT_SIGNING_KEY" in done.stderr and "cluster mode" in done.stderr
     assert not (tmp_path / "checkpoint.key").exists()
+
+
+def test_seqs_beyond_int64_are_refused_naming_the_field(
+    stub: audit_pb2_grpc.AuditServiceStub,
+) -> None:
+    """uint64 on the wire, int64 in the stores: 2^63 and above is INVALID_ARGUMENT naming
+    the field, not an OverflowError (INTERNAL) from the database driver."""
+    calls = [
+        ("after_seq", lambda: stub.Read(audit_pb2.ReadRequest(tenant="acme", after_seq=2**63))),
+        ("to_seq", lambda: stub.Read(audit_pb2.ReadRequest(tenant="acme", to_seq=2**64 - 1))),
+        ("from_seq", lambda: stub.Verify(audit_pb2.VerifyRequest(from_seq=2**63))),
+        ("to_seq", lambda: stub.Verify(audit_pb2.VerifyRequest(to_seq=2**64 - 1))),
+    ]
+    for field, call in calls:
+        with pytest.raises(grpc.RpcError) as err:
+            call()
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert err.value.details().startswith(f"{field}: must be at most {2**63 - 1}")
+    assert stub.Read(audit_pb2.ReadRequest(tenant="acme", after_seq=2**63 - 1)).entries == []
+
+
+def test_an_entry_edited_in_place_keeps_the_service_up_but_refuses_writes(
+    tmp_path: Path,
+) -> None:
+    """The start recomputes the chain: the edited entry is found, health is SERVING (reads
+    and Verify work), every write is FAILED_PRECONDITION with reason LOG_CHAIN_BROKEN."""
+    with audit_process(tmp_path) as proc:
+        wait_for(proc.addr, SERVICE, timeout=60)
+        with grpc.insecure_channel(proc.addr) as channel:
+            client = audit_pb2_grpc.AuditServiceStub(channel)
+            for _ in range(9):
+                client.Append(audit_pb2.AppendRequest(entries=[new_entry("acme", "u")]), timeout=10)
+        assert proc.terminate() == 0
+    with sqlite3.connect(tmp_path / "audit.sqlite3") as conn:
+        conn.execute("DROP TRIGGER entries_are_never_updated")
+        conn.execute("UPDATE entries SET body = ? WHERE seq = 4", ('{"forged":true}',))
+    with audit_process(tmp_path) as proc:
+        wait_for(proc.addr, SERVICE, timeout=60)  # SERVING: reads and Verify are served
+        with grpc.insecure_channel(proc.addr) as channel:
+            client = audit_pb2_grpc.AuditServiceStub(channel)
+            head = client.Head(audit_pb2.HeadRequest(), timeout=10)
+            assert head.seq == 9 and not head.writable and "entry 4: hash mismatch" in head.problem
+            verdict = client.Verify(audit_pb2.VerifyRequest(), timeout=30)
+            assert not verdict.ok and verdict.first_bad_seq == 4
+            assert len(client.Read(audit_pb2.ReadRequest(tenant="acme"), timeout=10).entries) == 9
+            with pytest.raises(grpc.RpcError) as err:
+                client.Append(audit_pb2.AppendRequest(entries=[new_entry("acme", "u")]), timeout=10)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "hash chain is broken" in err.value.details()
+            assert client.Head(audit_pb2.HeadRequest(), timeout=10).seq == 9

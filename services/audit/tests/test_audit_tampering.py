@@ -20,10 +20,14 @@ import pytest
 from audit_harness import copy_log, entry, make_log, verify_folder
 
 from hippo_audit.adapters.signing import Ed25519Signer
+from hippo_audit.adapters.sqlite_keys import SqliteKeyRing
+from hippo_audit.adapters.sqlite_log import SqliteLog
 from hippo_audit.adapters.witness import FileWitness, decode, encode
 from hippo_audit.domain import checkpoints
 from hippo_audit.domain.chain import ID_SEPARATOR, entry_hash
-from hippo_audit.domain.models import Checkpoint, Entry
+from hippo_audit.domain.log import AuditLog, LogConfig
+from hippo_audit.domain.models import Checkpoint, Entry, Filter
+from hippo_core.errors import FailedPrecondition
 
 N = 120  # entries in the pristine log
 EVERY = 25  # checkpoints at 25, 50, 75, 100, and 120 (at close)
@@ -292,3 +296,54 @@ def test_a_torn_last_witness_line_is_cut_at_open(tmp_path: Path) -> None:
     FileWitness(witness)
     assert witness.read_bytes().endswith(b"}\n")
     assert verify_folder(tmp_path).ok
+
+
+def _log_over(folder: Path, start_verify_entries: int) -> AuditLog:
+    return AuditLog(
+        SqliteLog(folder / "audit.sqlite3"),
+        SqliteKeyRing(folder / "keys.sqlite3"),
+        Ed25519Signer.load("", folder / "checkpoint.key"),
+        FileWitness(folder / "witness.log"),
+        LogConfig(checkpoint_every=EVERY, start_verify_entries=start_verify_entries),
+    )
+
+
+def test_an_entry_edited_in_place_makes_the_next_start_refuse_writes(
+    pristine: Path, tmp_path: Path
+) -> None:
+    """A middle entry's body edited with its stored hash left alone agrees with every
+    checkpoint (none signs entry 60): the chain recomputed at open finds it, and the log
+    serves reads and Verify but appends nothing on top of the edit, until an operator
+    acts. Within the bound only: a start that checks just the newest 10 entries misses it
+    (Verify still finds it)."""
+    copy_log(pristine, tmp_path)
+    with attacker(tmp_path / "audit.sqlite3") as conn:
+        conn.execute("UPDATE entries SET body = ? WHERE seq = 60", ('{"forged":true}',))
+
+    async def scenario() -> None:
+        log = _log_over(tmp_path, start_verify_entries=1_000_000)
+        log.open()
+        await log.start()
+        try:
+            head = log.head()
+            assert not head.writable and head.problem.startswith("entry 60: hash mismatch")
+            with pytest.raises(FailedPrecondition) as err:
+                await log.append([entry()], None)
+            assert err.value.reason == "LOG_CHAIN_BROKEN" and "moves it aside" in err.value.message
+            with pytest.raises(FailedPrecondition):
+                await log.forget_user("acme", "alice", "gateway")
+            page = await log.read(Filter("acme"), 0, 0, 1000, include_private=False)
+            assert page.entries  # reads still served
+            verdict = await log.verify(0, 0, chain_only=False)
+            assert not verdict.ok and verdict.first_bad_seq == 60
+            assert verdict.head_seq == N  # nothing was appended
+        finally:
+            await log.close()
+        tail_only = _log_over(tmp_path, start_verify_entries=10)
+        tail_only.open()
+        await tail_only.start()
+        assert tail_only.head().writable
+        await tail_only.close()
+
+    asyncio.run(scenario())
+    assert verify_folder(tmp_path).first_bad_seq == 60

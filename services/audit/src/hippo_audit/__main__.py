@@ -70,6 +70,7 @@ def open_log(settings: AuditSettings) -> Opened:
         checkpoint_interval_seconds=settings.checkpoint_interval_seconds,
         max_batch_entries=settings.max_batch_entries,
         limits=Limits(settings.max_append_entries, settings.max_body_bytes),
+        start_verify_entries=settings.start_verify_entries,
     )
     if not settings.cluster:
         log = AuditLog(

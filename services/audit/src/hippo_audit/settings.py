@@ -68,6 +68,14 @@ class AuditSettings(ServiceSettings):
         ge=1,
         description="Most entries one group commit (one transaction, one fsync) holds.",
     )
+    start_verify_entries: int = Field(
+        1_000_000,
+        ge=0,
+        description="At start, recompute the hash chain of this many of the newest entries "
+        "(about 1 s per 100,000) and refuse writes if it is broken (an entry edited in "
+        "place). 0: only the checkpoints are checked at start. Older entries are checked "
+        "by hippo audit verify.",
+    )
     max_body_bytes: int = Field(
         64 * 1024,
         ge=1024,

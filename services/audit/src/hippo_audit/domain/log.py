@@ -17,11 +17,14 @@ checkpoint is older than the interval, and open and close when entries are unsig
 store that keeps checkpoints (PostgreSQL) writes them in the batch's transaction; else
 the writer appends them to the witness file once the batch's callers are answered.
 
-At open the log is checked against the witness. If it disagrees (it is shorter than a
-signed size, or an entry no longer hashes as signed), the service still serves reads
-and Verify but refuses every write: appending to a rolled-back or rewritten log would
-bury the evidence under new, valid-looking entries. A store whose head stops matching
-its entries (rows deleted behind its back) refuses the same way at the next append.
+At open the log is checked against the witness, and the hash chain of its most recent
+`start_verify_entries` entries (all of them, up to that bound) is recomputed. If either
+check fails (the log is shorter than a signed size, an entry no longer hashes as signed,
+an entry was edited in place), the service still serves reads and Verify but refuses
+every write: appending to a rolled-back or rewritten log would bury the evidence under
+new, valid-looking entries. A store whose head stops matching its entries (rows deleted
+behind its back) refuses the same way at the next append. Only an operator lifts the
+refusal (docs/audit.md: restore the log, or move it aside and start a new chain).
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class LogConfig:
     checkpoint_interval_seconds: float = 60.0
     max_batch_entries: int = 4096
     limits: Limits = field(default_factory=Limits)
+    # Entries (the newest) whose chain open() recomputes: ~1 s per 100k entries. 0 = none.
+    start_verify_entries: int = 1_000_000
 
 
 @dataclass
@@ -135,7 +140,7 @@ class AuditLog:
         self._key_id = checkpoints.key_id(signer.public_key)
         self._seq, self._hash = 0, GENESIS  # the latest committed head this process knows
         self._checkpoint: Checkpoint | None = None
-        self._writable, self._problem = True, ""
+        self._writable, self._problem, self._reason = True, "", ""
         self._queue: list[_Request] = []
         self._wake = asyncio.Event()
         self._committed = asyncio.Event()  # replaced after every commit (see _notify)
@@ -157,9 +162,18 @@ class AuditLog:
         self._seq, self._hash = self._store.head()
         problems, _, latest = self._check_witness(lines, self._seq, 1, self._seq)
         self._checkpoint = latest
+        if not problems:
+            # An entry edited in place, its stored hash left alone, agrees with every
+            # checkpoint: only recomputing the chain finds it.
+            problems = self._chain_problems(self._seq, self._config.start_verify_entries)
+            reason = "LOG_CHAIN_BROKEN"
+        else:
+            reason = "LOG_DISAGREES_WITH_CHECKPOINT"
         if problems:
             first = min(problems, key=_order)
-            self._refuse_writes(f"entry {first.seq}: {first.reason}" if first.seq else first.reason)
+            self._refuse_writes(
+                f"entry {first.seq}: {first.reason}" if first.seq else first.reason, reason
+            )
         else:
             # Entries committed after the last checkpoint (an unclean stop, or another
             # replica's appends): sign them now.
@@ -234,16 +248,39 @@ class AuditLog:
         return await request.future
 
     def _refusal(self) -> FailedPrecondition:
+        what = (
+            "its hash chain is broken"
+            if self._reason == "LOG_CHAIN_BROKEN"
+            else "it disagrees with its signed checkpoints"
+        )
         return FailedPrecondition(
-            f"the audit log disagrees with its signed checkpoints ({self._problem}); writes "
-            "are refused until an operator has investigated (hippo audit verify)",
-            reason="LOG_DISAGREES_WITH_CHECKPOINT",
+            f"the audit log failed its check at start: {what} ({self._problem}); writes "
+            "are refused until an operator restores the log or moves it aside "
+            "(hippo audit verify; docs/audit.md, Operations)",
+            reason=self._reason,
         )
 
-    def _refuse_writes(self, problem: str) -> None:
-        self._writable, self._problem = False, problem
+    def _refuse_writes(self, problem: str, reason: str = "LOG_DISAGREES_WITH_CHECKPOINT") -> None:
+        self._writable, self._problem, self._reason = False, problem, reason
         metrics.WRITABLE.set(0)
-        log.error("audit log disagrees with its signed checkpoints; writes refused: %s", problem)
+        log.error("audit log failed its check (%s); writes refused: %s", reason, problem)
+
+    def _chain_problems(self, head_seq: int, entries: int) -> list[Problem]:
+        """The first break in the chain of the newest `entries` entries, if any; the
+        link into the first of them is taken from the stored hash before it."""
+        lo, hi = max(1, head_seq - entries + 1), head_seq
+        if entries <= 0 or lo > hi:
+            return []
+        prev = GENESIS if lo == 1 else self._store.hash_at(lo - 1)
+        if prev is None:
+            return [Problem(lo - 1, f"entry missing: entry {lo - 1} is absent")]
+        scan = verify_rows(self._store.rows(lo, hi), lo, prev)
+        if scan.problem is not None:
+            return [scan.problem]
+        missing = scan.last_seq + 1
+        if missing <= hi:
+            return [Problem(missing, f"entry missing: entry {missing} is absent")]
+        return []
 
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -465,6 +502,8 @@ class AuditLog:
     async def read(
         self, where: Filter, after_seq: int, to_seq: int, limit: int, include_private: bool
     ) -> Page:
+        validation.seq("after_seq", after_seq)
+        validation.seq("to_seq", to_seq)
         return await asyncio.to_thread(self._read, where, after_seq, to_seq, limit, include_private)
 
     def _read(
@@ -513,6 +552,7 @@ class AuditLog:
     ) -> AsyncIterator[list[ReadEntry]]:
         """The matching entries after `after_seq`, then each new one as it is committed,
         until the caller goes away or the log closes."""
+        validation.seq("after_seq", after_seq)
         while not self._closing.is_set():
             committed, head = self._committed, self._seq
             page = await self.read(where, after_seq, head, validation.MAX_READ, include_private)
@@ -536,6 +576,8 @@ class AuditLog:
     async def verify(
         self, from_seq: int, to_seq: int, chain_only: bool, tenant: str = ""
     ) -> Verdict:
+        validation.seq("from_seq", from_seq)
+        validation.seq("to_seq", to_seq)
         if from_seq and to_seq and from_seq > to_seq:
             raise InvalidArgument("from_seq", f"{from_seq} exceeds to_seq {to_seq}")
         verdict = await asyncio.to_thread(self.verify_now, from_seq, to_seq, chain_only, tenant)

@@ -17,6 +17,8 @@ MAX_NAME = 64
 MAX_MEMORY_IDS = 1000
 MAX_EVENT_TYPES = 32
 MAX_READ = 1000
+# Seqs are uint64 on the wire, int64 in both stores (SQLite INTEGER, PostgreSQL bigint).
+MAX_SEQ = 2**63 - 1
 DEFAULT_READ = 100
 _ACTOR = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 _EVENT = re.compile(r"[a-z0-9_.-]{1,64}")
@@ -46,6 +48,11 @@ def text(field: str, value: str, limit: int = MAX_ID, *, required: bool = False)
         raise InvalidArgument(field, f"at most {limit} characters, got {len(value)}")
     if _CONTROL.search(value):
         raise InvalidArgument(field, "may not hold control characters")
+
+
+def seq(field: str, value: int) -> None:
+    if value > MAX_SEQ:
+        raise InvalidArgument(field, f"must be at most {MAX_SEQ} (2^63-1), got {value}")
 
 
 def actor(field: str, value: str) -> None:
