@@ -112,6 +112,15 @@ class RetrievalSettings(ServiceSettings):
     commit_every: int = Field(
         1000, ge=1, description="The BM25 index also commits once this many changes wait."
     )
+    purge_delay_seconds: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="After an erasure reaches the indexes, rebuild them this much later "
+        "(erasures meanwhile share the rebuild) so the erased documents' terms and vectors "
+        "leave the index files; the bound is this plus one rebuild (docs/security.md). "
+        "Lower: sooner gone, more rebuilds under frequent erasures.",
+    )
     threads: int = Field(
         4, ge=1, le=64, description="Worker threads for store and index calls (blocking I/O)."
     )

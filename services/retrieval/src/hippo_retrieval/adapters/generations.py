@@ -3,6 +3,8 @@
 Layout under the data dir:
 
     indexes/CURRENT            the live generation's number (written atomically)
+    indexes/PURGE              present while the live generation's files still hold
+                               erased documents (the purge rebuild removes it)
     indexes/g000001/lexical/   Tantivy index
     indexes/g000001/vectors/   qdrant-edge shard (+ vectors.applied.json beside it)
 
@@ -33,6 +35,7 @@ from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
 
 CURRENT = "CURRENT"
+PURGE = "PURGE"
 
 
 class QdrantServer:
@@ -119,6 +122,16 @@ class LocalIndexSet:
     def set_current(self, generation: int) -> None:
         # Plain text on purpose: an operator can read it (and in an emergency, write it).
         write_atomic(self._root / CURRENT, f"{generation}\n".encode("ascii"))
+
+    def purge_pending(self) -> bool:
+        return (self._root / PURGE).exists()
+
+    def set_purge_pending(self, pending: bool) -> None:
+        path = self._root / PURGE
+        if pending:
+            write_atomic(path, b"the live generation holds erased documents\n")
+        else:
+            path.unlink(missing_ok=True)
 
     def open(self, generation: int) -> tuple[LexicalIndex, VectorIndex]:
         folder = self._dir(generation)

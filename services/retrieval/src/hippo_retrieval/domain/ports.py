@@ -129,6 +129,15 @@ class IndexSet(Protocol):
         A vector index shared by all replicas is not the generation's to delete."""
         ...
 
+    def purge_pending(self) -> bool:
+        """Whether an erasure reached the live generation's files and no rebuild has
+        rewritten them since (recorded durably: a restart still purges)."""
+        ...
+
+    def set_purge_pending(self, pending: bool) -> None:
+        """Record (durably) that the live generation's files hold erased documents."""
+        ...
+
     def close(self) -> None:
         """Release what the set holds beyond its generations (a shared index's writer
         lease); after every generation is closed."""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from hippo_retrieval.domain.documents import lexical_document
-from hippo_retrieval.domain.models import Change, StoredTurn
+from hippo_retrieval.domain.models import Change, Deletion, StoredTurn
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
@@ -44,6 +44,7 @@ class Projector:
         commit_interval_s: float = 0.5,
         commit_every: int = 1000,
         on_progress: Callable[[int, int, int], None] | None = None,
+        on_deleted: Callable[[int], None] | None = None,
     ) -> None:
         self._store = store
         self._lexical = lexical
@@ -51,6 +52,9 @@ class Projector:
         self._interval = commit_interval_s
         self._every = commit_every
         self._on_progress = on_progress  # (store seq, lexical seq, vector seq), for metrics
+        # (the highest Deletion seq applied): an erasure reached the index files, whose
+        # segments keep the deleted documents until they are rewritten (service.py).
+        self._on_deleted = on_deleted
         self._wake = threading.Condition()
         self._visible = threading.Condition()
         self._stop = False
@@ -123,6 +127,9 @@ class Projector:
             if lexical:
                 self._lexical.apply(self._documents(lexical))
                 self._lexical_applied = lexical[-1].seq
+                deleted = [c.seq for c in lexical if isinstance(c, Deletion)]
+                if deleted and self._on_deleted is not None:
+                    self._on_deleted(max(deleted))
             vector = [c for c in changes if c.seq > self._vector_applied] if writer else []
             if vector:
                 self._vectors.apply(vector)

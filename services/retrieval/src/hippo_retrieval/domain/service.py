@@ -10,6 +10,16 @@ writes made meanwhile, then switches: searches that started on n finish on n, an
 closed and removed once the last of them is done. Which generation is live is recorded
 durably (IndexSet.set_current), so a crash mid-rebuild restarts on the old one.
 
+Purge after an erasure. A deletion makes a document unsearchable at once, but Tantivy
+keeps its terms in the segment until a merge rewrites it, and the vector engine keeps the
+vector in its segment file: both are the erased text in another form. So once an erasure
+reached the live indexes, a rebuild (the same online reindex) follows `purge_delay_s`
+later, coalescing the erasures made meanwhile; the old generation's files are deleted
+when it switches. The bound on erased content in this replica's index files is therefore
+purge_delay_s plus one rebuild (docs/security.md). The pending purge is recorded durably
+(IndexSet.set_purge_pending): a restart before it ran runs it. Every replica purges its
+own indexes, since each applies the feed's deletions itself.
+
 Replicas (cluster mode). Several replicas share the turn store; each projects it into
 indexes of its own. A write waited for (`wait_searchable`, and Delete's wait) returns
 once it is searchable here AND on every other live replica (`Replicas`), so the next
@@ -56,6 +66,9 @@ DELETE_VISIBLE_S = 5.0
 class ProjectionConfig:
     commit_interval_s: float = 0.5
     commit_every: int = 1000
+    # Delay between an erasure reaching the indexes and the rebuild that purges their
+    # files (module docstring); None: never (tests of other behaviour).
+    purge_delay_s: float | None = 60.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,7 @@ class _Generation:
         fusion: FusionConfig,
         projection: ProjectionConfig,
         on_progress: Callable[[int, int, int], None],
+        on_deleted: Callable[[int], None],
     ) -> None:
         self.number = number
         self.lexical = lexical
@@ -106,7 +120,11 @@ class _Generation:
             commit_interval_s=projection.commit_interval_s,
             commit_every=projection.commit_every,
             on_progress=on_progress,
+            on_deleted=on_deleted,
         )
+        # Deletions up to this seq cannot have left anything in these indexes: a rebuild
+        # started after they committed never indexed the erased turns.
+        self.purge_floor = 0
         self.retriever = Retriever(store, lexical, vectors, fusion)
         self.users = 0  # searches in flight, guarded by RetrievalService._lock
 
@@ -140,6 +158,9 @@ class RetrievalService:
         self._lock = threading.Condition()
         self._live: _Generation | None = None
         self._reindexing = False
+        self._purge_wanted = False  # an erasure reached the live files since the last rebuild
+        self._purge_timer: threading.Timer | None = None
+        self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -174,6 +195,8 @@ class RetrievalService:
             applied += live.projector.catch_up(wait_shared=True)
         live.projector.start()
         self._live = live
+        if self._indexes.purge_pending():
+            self._want_purge()  # an erasure the previous run had not purged yet
         if self._replicas is not None:
             self._replicas.progress(live.projector.visible_seq())
         metrics.TURNS.set(self._store.size())
@@ -182,6 +205,12 @@ class RetrievalService:
 
     def close(self) -> None:
         """Apply and commit what is pending, then close the indexes and the store."""
+        with self._lock:
+            self._closing = True
+            if self._purge_timer is not None:
+                self._purge_timer.cancel()  # still recorded: the next start purges
+            while self._reindexing:  # a rebuild must not lose its indexes underneath
+                self._lock.wait()
         live, self._live = self._live, None
         try:
             if self._replicas is not None:
@@ -314,9 +343,63 @@ class RetrievalService:
         def on_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
             self._progress(number, store_seq, lexical_seq, vector_seq)
 
-        return _Generation(
-            number, self._store, lexical, vectors, self._fusion, self._projection, on_progress
+        def on_deleted(seq: int) -> None:
+            if seq > generation.purge_floor:
+                self._want_purge()
+
+        generation = _Generation(
+            number,
+            self._store,
+            lexical,
+            vectors,
+            self._fusion,
+            self._projection,
+            on_progress,
+            on_deleted,
         )
+        generation.purge_floor = lexical.applied_seq()
+        return generation
+
+    def _want_purge(self) -> None:
+        """An erasure reached the index files (on the projector's thread): record it, and
+        arm the purge unless it is armed already (erasures meanwhile coalesce)."""
+        delay = self._projection.purge_delay_s
+        if delay is None:
+            return
+        with self._lock:
+            first = not self._purge_wanted
+            self._purge_wanted = True
+        if first:
+            self._indexes.set_purge_pending(True)
+        self._arm_purge(delay)
+
+    def _arm_purge(self, delay: float) -> None:
+        with self._lock:
+            if self._closing or (self._purge_timer is not None and self._purge_timer.is_alive()):
+                return
+            timer = threading.Timer(delay, self._purge_due)
+            timer.daemon = True
+            self._purge_timer = timer
+        timer.start()
+
+    def _purge_due(self) -> None:
+        """The delay is over: rebuild on the pool (a reindex running meanwhile is waited
+        out, then the purge runs after it, as it may have read the feed too early)."""
+        with self._lock:
+            self._purge_timer = None
+            if self._closing or not self._purge_wanted:
+                return
+            busy = self._reindexing
+            if not busy:
+                self._reindexing = True
+        if busy:
+            self._arm_purge(1.0)
+            return
+        try:
+            self._pool.submit(self._rebuild, lambda *_: None, True)
+        except RuntimeError:  # the pool is shutting down: the next start purges
+            with self._lock:
+                self._reindexing = False
 
     def _progress(self, number: int, store_seq: int, lexical_seq: int, vector_seq: int) -> None:
         """A projector step ended (on its thread)."""
@@ -337,18 +420,33 @@ class RetrievalService:
         if live is not None:
             live.projector.notify(urgent=urgent)
 
-    def _rebuild(self, report: Callable[..., None]) -> None:
+    def _rebuild(self, report: Callable[..., None], purge: bool = False) -> None:
         try:
             self._switch_to_new_generation(report)
+        except BaseException:
+            if purge:
+                log.exception("purge after an erasure failed; retrying in 10 s")
+                with self._lock:
+                    self._reindexing = False
+                self._arm_purge(10.0)
+                return
+            raise
         finally:
             with self._lock:
                 self._reindexing = False
+                self._lock.notify_all()  # a close() waits for the rebuild to end
 
     def _switch_to_new_generation(self, report: Callable[..., None]) -> None:
         old = self._require_live()
         number = old.number + 1
         self._indexes.remove(number)  # a half-built generation from an interrupted run
+        # Every erasure committed by now is purged by this rebuild; one that reaches the
+        # new indexes later (above the floor) asks for the next.
+        floor = self._store.last_seq()
+        with self._lock:
+            wanted, self._purge_wanted = self._purge_wanted, False
         new = self._generation(number)
+        new.purge_floor = floor
         try:
             applied = new.projector.catch_up(report)
             # The switch: the old projector stops, the new one takes the last writes,
@@ -357,6 +455,8 @@ class RetrievalService:
             applied += new.projector.catch_up()
             new.projector.start()
         except BaseException:
+            with self._lock:
+                self._purge_wanted = self._purge_wanted or wanted
             new.projector.stop()
             new.close_indexes()
             self._indexes.remove(number)
@@ -371,6 +471,10 @@ class RetrievalService:
                 self._lock.wait()
         old.close_indexes()
         self._indexes.remove(old.number)
+        with self._lock:
+            purged = not self._purge_wanted
+        if purged:
+            self._indexes.set_purge_pending(False)
         log.info("reindex done: generation %d live, %d changes applied", number, applied)
         report(applied, True)
 
