@@ -19,7 +19,7 @@ from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
-from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
+from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer, NoTokenizer
 from hippo_gateway.domain.audit_recorder import AuditRecorder, RecorderConfig
 from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator, KeyGrant
@@ -161,7 +161,7 @@ def build(settings: GatewaySettings) -> Service:
         builder = ContextBuilder(
             memory,
             sessions,
-            GrpcTokenizer(injection),
+            GrpcTokenizer(injection) if settings.injection_addr else NoTokenizer(),
             ContextConfig(settings.system_prompt, settings.default_token_budget),
             recorder=recorder,
         )
