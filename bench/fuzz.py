@@ -602,7 +602,8 @@ class _Caller:
                 tally.hangs += 1
             else:
                 tally.codes[code] += 1
-            if (hang or code in ("INTERNAL", "UNKNOWN")) and len(tally.examples) < 20:
+            notable = hang or code in ("INTERNAL", "UNKNOWN", "RESOURCE_EXHAUSTED")
+            if notable and len(tally.examples) < 20:
                 tally.examples.append(
                     {
                         "code": "HANG" if hang else code,
