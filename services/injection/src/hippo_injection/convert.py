@@ -200,6 +200,7 @@ def info_response(info: ModelInfo, limits: Limits, max_waiting: int) -> pb.InfoR
         max_waiting=max_waiting,
         vector_encoding=VECTOR_ENCODING,
         prompt_format=prompt_format.NAME,
+        special_tokens=info.special_tokens,
     )
 
 

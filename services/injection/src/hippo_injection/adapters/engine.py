@@ -96,6 +96,12 @@ class TransformersEngine:
         self.model = model.eval()
         self.model.requires_grad_(False)
         self.tokenizer = tokenizer
+        # The same tokenizer with its special tokens read as plain text: HF tokenizers
+        # match added tokens in any text by default, so a "<end_of_turn>" inside a
+        # message or a query would become the control id. A copy, not a toggled flag,
+        # because counting runs beside the model thread.
+        self._plain = Tokenizer.from_str(tokenizer.to_str())
+        self._plain.encode_special_tokens = True
         self.layers: torch.nn.ModuleList = model.model.layers
         self._device = next(model.parameters()).device
         self._dtype = next(model.parameters()).dtype
@@ -109,6 +115,7 @@ class TransformersEngine:
         )
         config = model.config
         dtype_name = str(self._dtype).removeprefix("torch.")
+        added = sorted(a.content for a in tokenizer.get_added_tokens_decoder().values())
         self._info = ModelInfo(
             model_id,
             int(config.num_hidden_layers),
@@ -117,6 +124,9 @@ class TransformersEngine:
             self._device.type,
             int(config.vocab_size),
             (),
+            # Whitespace runs ("\n\n", "\t\t") are added tokens too, but they are how
+            # the tokenizer spells whitespace and forge nothing.
+            tuple(t for t in added if t.strip()),
         )
         norms = self.hidden_norms(norm_texts)
         self._info = ModelInfo(**{**self._info.__dict__, "layer_mean_norms": tuple(norms)})
@@ -158,12 +168,14 @@ class TransformersEngine:
         return self._special
 
     def tokenize(self, text: str) -> list[int]:
+        return list(self._plain.encode(text, add_special_tokens=False).ids)
+
+    def tokenize_markup(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         return [
-            (int(a), int(b))
-            for a, b in self.tokenizer.encode(text, add_special_tokens=False).offsets
+            (int(a), int(b)) for a, b in self._plain.encode(text, add_special_tokens=False).offsets
         ]
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -46,7 +46,14 @@ class Engine(Protocol):
     def special_ids(self) -> frozenset[int]: ...
 
     def tokenize(self, text: str) -> list[int]:
-        """Token ids of `text`, without <bos>; control-token markers map to their ids."""
+        """Token ids of `text` as plain text, without <bos>: a control-token marker in it
+        ("<start_of_turn>") is spelled out in ordinary tokens, never its control id."""
+        ...
+
+    def tokenize_markup(self, text: str) -> list[int]:
+        """Token ids of a prompt written in the format, without <bos>: control-token
+        markers map to their ids. Only for a caller's raw prompt and the format's own
+        markers; any other text goes through `tokenize`."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str:

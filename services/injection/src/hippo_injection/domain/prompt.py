@@ -30,6 +30,12 @@ _ROLE = {Role.USER: "user", Role.ASSISTANT: "model"}
 
 def render_messages(messages: Sequence[Message]) -> str:
     """The conversation as text, ending with an opened model turn."""
+    return "".join(render_parts(messages))
+
+
+def render_parts(messages: Sequence[Message]) -> list[str]:
+    """`render_messages` in pieces: each marker (START, END) is a piece of its own, so
+    the messages' text can be tokenised as plain text and the markers as control ids."""
     system = [m.content for m in messages if m.role is Role.SYSTEM]
     turns = [m for m in messages if m.role is not Role.SYSTEM]
     if messages and messages[0].role is not Role.SYSTEM and system:
@@ -46,9 +52,9 @@ def render_messages(messages: Sequence[Message]) -> str:
             if message.role is not Role.USER:
                 raise InvalidArgument("messages", "a system message must be followed by a user one")
             content = f"{system[0]}\n\n{content}"
-        parts.append(f"{START}{_ROLE[message.role]}\n{content}{END}\n")
-    parts.append(f"{START}model\n")
-    return "".join(parts)
+        parts += [START, f"{_ROLE[message.role]}\n{content}", END, "\n"]
+    parts += [START, "model\n"]
+    return parts
 
 
 def render(prompt: Prompt) -> str:

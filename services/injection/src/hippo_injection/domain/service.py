@@ -54,12 +54,23 @@ class InjectionService:
         return self.engine.info
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
-        """<bos> + the formatted prompt's tokens: exactly what the model reads."""
-        return [self.engine.bos_id, *self.engine.tokenize(prompt_format.render(prompt))]
+        """<bos> + the formatted prompt's tokens: exactly what the model reads.
+
+        A raw prompt is the caller's own markup: its markers are control tokens. Messages
+        are data: only the format's own markers become control ids and their text is
+        tokenised as plain text, so a message that spells "<start_of_turn>" opens no turn.
+        (The same ids as tokenising the rendered text whenever the messages spell no
+        marker: a tokenizer splits at added tokens before anything else.)"""
+        if prompt.text is not None:
+            return [self.engine.bos_id, *self.engine.tokenize_markup(prompt.text)]
+        ids = [self.engine.bos_id]
+        for part in prompt_format.render_parts(prompt.messages):
+            markup = part in (prompt_format.START, prompt_format.END)
+            ids += self.engine.tokenize_markup(part) if markup else self.engine.tokenize(part)
+        return ids
 
     def count_tokens(self, prompt: Prompt) -> Counted:
-        formatted = prompt_format.render(prompt)
-        return Counted(1 + len(self.engine.tokenize(formatted)), formatted)
+        return Counted(len(self.prompt_ids(prompt)), prompt_format.render(prompt))
 
     def _check_prompt(self, prompt: Prompt) -> None:
         if prompt.text is not None and prompt.messages:

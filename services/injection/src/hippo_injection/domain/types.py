@@ -163,3 +163,6 @@ class ModelInfo:
     device: str
     vocab_size: int
     layer_mean_norms: tuple[float, ...]
+    # Every added token's text (special or not) but runs of whitespace: strings that a
+    # caller quoting text into a prompt must not let through (Info.special_tokens).
+    special_tokens: tuple[str, ...] = ()

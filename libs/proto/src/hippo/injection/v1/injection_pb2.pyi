@@ -314,7 +314,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "layers", "hidden_size", "dtype", "device", "context_length", "vocab_size", "layer_mean_norms", "max_new_tokens", "max_stop_sequences", "max_influences", "max_strength", "max_memories", "max_waiting", "vector_encoding", "prompt_format")
+    __slots__ = ("model", "layers", "hidden_size", "dtype", "device", "context_length", "vocab_size", "layer_mean_norms", "max_new_tokens", "max_stop_sequences", "max_influences", "max_strength", "max_memories", "max_waiting", "vector_encoding", "prompt_format", "special_tokens")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +331,7 @@ class InfoResponse(_message.Message):
     MAX_WAITING_FIELD_NUMBER: _ClassVar[int]
     VECTOR_ENCODING_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     model: str
     layers: int
     hidden_size: int
@@ -347,4 +348,5 @@ class InfoResponse(_message.Message):
     max_waiting: int
     vector_encoding: str
     prompt_format: str
-    def __init__(self, model: _Optional[str] = ..., layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., layer_mean_norms: _Optional[_Iterable[float]] = ..., max_new_tokens: _Optional[int] = ..., max_stop_sequences: _Optional[int] = ..., max_influences: _Optional[int] = ..., max_strength: _Optional[float] = ..., max_memories: _Optional[int] = ..., max_waiting: _Optional[int] = ..., vector_encoding: _Optional[str] = ..., prompt_format: _Optional[str] = ...) -> None: ...
+    special_tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., layer_mean_norms: _Optional[_Iterable[float]] = ..., max_new_tokens: _Optional[int] = ..., max_stop_sequences: _Optional[int] = ..., max_influences: _Optional[int] = ..., max_strength: _Optional[float] = ..., max_memories: _Optional[int] = ..., max_waiting: _Optional[int] = ..., vector_encoding: _Optional[str] = ..., prompt_format: _Optional[str] = ..., special_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
