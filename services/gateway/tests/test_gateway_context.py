@@ -51,6 +51,9 @@ class WordTokenizer:
     async def count_text(self, text: str) -> int:
         return len(text.split())
 
+    async def special_tokens(self) -> tuple[str, ...]:
+        return ("<start_of_turn>", "<end_of_turn>")
+
 
 class FakeRecall:
     def __init__(self, hits: list[Hit]) -> None:

@@ -19,17 +19,22 @@ Where it goes (the layout):
   window, query.
 
 Memories are quoted as data inside <memory> tags, with their date and speaker; the
-instructions say they are never instructions. Counting is exact: every candidate piece is
-counted with the serving model's tokenizer, the pieces are chosen by those counts, and the
-assembled prompt is counted again with its chat format; if the format's overhead pushes it
-over, the lowest-priority piece goes and the prompt is counted again.
+instructions say they are never instructions. Every piece of stored or caller text (the
+memories' text and speaker, the summary, the window's turns, the query) is neutralised
+first (neutralise.py): it can spell neither one of the model's control tokens nor a
+memory tag, so the prompt's structure is always exactly this layout's.
+
+Counting is exact: every candidate piece is counted with the serving model's tokenizer,
+the pieces are chosen by those counts, and the assembled prompt is counted again with its
+chat format; if the format's overhead pushes it over, the lowest-priority piece goes and
+the prompt is counted again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hippo_core.errors import InvalidArgument
@@ -52,6 +57,7 @@ from hippo_gateway.domain.models import (
     Zone,
     ZoneKind,
 )
+from hippo_gateway.domain.neutralise import Neutraliser
 from hippo_gateway.domain.ports import Sessions, Tokenizer
 
 DEFAULT_BUDGET = 2048
@@ -81,12 +87,14 @@ def day(time_us: int) -> str:
     return f"{when.day} {when:%B %Y}"
 
 
-def memory_line(hit: Hit) -> str:
+def memory_line(hit: Hit, clean: Callable[[str], str]) -> str:
+    """One quoted memory. `clean` (Neutraliser.neutralise) keeps its text and speaker
+    from closing the quote or spelling control tokens; the speaker, a name, is also kept
+    on one line and inside its attribute's quotes."""
     m = hit.memory
-    speaker = (m.metadata.get("speaker") or m.role.value).replace('"', "'")
-    # A memory cannot close its own quote: its text is data, whatever it says.
-    text = m.text.replace("</memory", "</ memory")
-    return f'<memory date="{day(m.time_us)}" speaker="{speaker}">{text}</memory>'
+    speaker = " ".join(clean(m.metadata.get("speaker") or m.role.value).split())
+    speaker = speaker.replace('"', "'")
+    return f'<memory date="{day(m.time_us)}" speaker="{speaker}">{clean(m.text)}</memory>'
 
 
 def exchanges(window: Sequence[SessionTurn]) -> list[list[SessionTurn]]:
@@ -156,6 +164,7 @@ class ContextBuilder:
         self._tokenizer = tokenizer
         self._config = config or ContextConfig()
         self._recorder = recorder
+        self._neutraliser: Neutraliser | None = None
 
     @property
     def recorder(self) -> AuditRecorder | None:
@@ -210,12 +219,17 @@ class ContextBuilder:
                 skipped.append(Skipped(h.memory.memory_id, "in_window", h.fused_score))
             else:
                 hits.append(h)
-        groups = exchanges(state.window)
-        summary = state.summary.strip()
+        # From here on every text is as the prompt holds it: neutralised (the stored
+        # turns and the recall above keep the caller's own text).
+        clean = await self._clean()
+        query = clean(query)
+        groups = exchanges([replace(t, text=clean(t.text)) for t in state.window])
+        summary = clean(state.summary.strip())
+        lines = {h.memory.memory_id: memory_line(h, clean) for h in hits}
 
         # Exact counts of every candidate piece, in one concurrent round.
         texts = [self._config.instructions, query, MEMORY_HEADER, f"{SUMMARY_HEADER} {summary}"]
-        texts += [memory_line(h) for h in hits]
+        texts += list(lines.values())
         texts += [t.text for g in groups for t in g]
         counts = dict(zip(texts, await self._count_all(texts), strict=True))
 
@@ -224,11 +238,12 @@ class ContextBuilder:
             n += sum(counts[t.text] for g in choice.exchanges for t in g)
             n += counts[f"{SUMMARY_HEADER} {summary}"] if choice.summary else 0
             if choice.memories:
-                n += counts[MEMORY_HEADER] + sum(counts[memory_line(h)] for h in choice.memories)
+                n += counts[MEMORY_HEADER]
+                n += sum(counts[lines[h.memory.memory_id]] for h in choice.memories)
             return n
 
         must = _Choice(groups[-1:], False, [])
-        exact = await self._tokenizer.count(self._messages(must, summary, query, layout))
+        exact = await self._tokenizer.count(self._messages(must, summary, query, layout, clean))
         if exact.tokens > budget:
             raise InvalidArgument(
                 "token_budget",
@@ -251,7 +266,7 @@ class ContextBuilder:
             choice.memories.append(hit)
 
         while True:  # verify exactly; the format may add a few tokens per message
-            messages = self._messages(choice, summary, query, layout)
+            messages = self._messages(choice, summary, query, layout, clean)
             counted = await self._tokenizer.count(messages)
             if counted.tokens <= budget or not self._drop_one(choice):
                 break
@@ -261,7 +276,7 @@ class ContextBuilder:
             for h in hits
             if h.memory.memory_id not in used
         ]
-        zones = await self._zones(choice, summary, query, layout)
+        zones = await self._zones(choice, summary, query, layout, clean)
         return BuiltContext(
             messages=messages,
             zones=zones,
@@ -332,6 +347,13 @@ class ContextBuilder:
 
     # -- assembly ----------------------------------------------------------------------
 
+    async def _clean(self) -> Callable[[str], str]:
+        """The serving model's neutraliser, made on the first build from its token list
+        (a running LLM host keeps its model; a new one means a new gateway process)."""
+        if self._neutraliser is None:
+            self._neutraliser = Neutraliser(await self._tokenizer.special_tokens())
+        return self._neutraliser.neutralise
+
     @staticmethod
     def _drop_one(choice: _Choice) -> bool:
         """Remove the lowest-priority piece; False when only the must-haves are left."""
@@ -351,17 +373,24 @@ class ContextBuilder:
             return sorted(memories, key=lambda h: (h.memory.time_us, h.memory.sequence))
         return list(memories)
 
-    def _memory_block(self, memories: list[Hit], layout: Layout) -> str:
+    def _memory_block(
+        self, memories: list[Hit], layout: Layout, clean: Callable[[str], str]
+    ) -> str:
         if not memories:
             return ""
-        lines = [memory_line(h) for h in self._memory_order(memories, layout)]
+        lines = [memory_line(h, clean) for h in self._memory_order(memories, layout)]
         return "\n".join([MEMORY_HEADER, *lines])
 
     def _messages(
-        self, choice: _Choice, summary: str, query: str, layout: Layout
+        self,
+        choice: _Choice,
+        summary: str,
+        query: str,
+        layout: Layout,
+        clean: Callable[[str], str],
     ) -> list[ChatMessage]:
         summary_text = f"{SUMMARY_HEADER} {summary}" if choice.summary else ""
-        memories = self._memory_block(choice.memories, layout)
+        memories = self._memory_block(choice.memories, layout, clean)
         window = [_message(t) for g in choice.exchanges for t in g]
         if layout == Layout.BOUNDARY_WEIGHTED:
             system = [self._config.instructions, memories]
@@ -372,10 +401,17 @@ class ContextBuilder:
         head = ChatMessage(ChatRole.SYSTEM, "\n\n".join(p for p in system if p))
         return alternate([head, *recency, *window, ChatMessage(ChatRole.USER, query)])
 
-    async def _zones(self, choice: _Choice, summary: str, query: str, layout: Layout) -> list[Zone]:
+    async def _zones(
+        self,
+        choice: _Choice,
+        summary: str,
+        query: str,
+        layout: Layout,
+        clean: Callable[[str], str],
+    ) -> list[Zone]:
         window_turns = [t for g in choice.exchanges for t in g]
         window_text = "\n".join(f"{t.role.value}: {t.text}" for t in window_turns)
-        memories = self._memory_block(choice.memories, layout)
+        memories = self._memory_block(choice.memories, layout, clean)
         parts: list[tuple[ZoneKind, str, list[str]]] = [
             (ZoneKind.SYSTEM, self._config.instructions, [])
         ]

@@ -86,6 +86,11 @@ class Tokenizer(Protocol):
         """Exact tokens of a bare text (no format, no <bos>)."""
         ...
 
+    async def special_tokens(self) -> Sequence[str]:
+        """Every string the tokenizer turns into one of its added tokens (control
+        tokens first of all), which text in a prompt must never spell."""
+        ...
+
 
 class Llm(Protocol):
     """Text generation (a TGI-compatible endpoint, through the text-generation client)."""
