@@ -40,6 +40,7 @@ STATEFUL = {"retrieval", "summariser", "injection", "audit"}  # in the embedded 
 SCALED = {"gateway", "embedding"}
 CLUSTER = {name for name in VALUE_SETS if name.startswith("cluster")}  # database.enabled
 EMBEDDED = sorted(VALUE_SETS.keys() - CLUSTER)
+TLS = {name for name in VALUE_SETS if name.startswith("tls")}  # tls.enabled: exec probes
 SPEC = {s.name: s for s in SERVICES}
 WORKLOADS = ("Deployment", "StatefulSet")
 Doc = dict[str, Any]
@@ -271,6 +272,10 @@ def test_manifests_validate(value_set: str, kube: str) -> None:
     docs = rendered(value_set)
     assert docs
     for doc in docs:
+        if doc["apiVersion"] == "cert-manager.io/v1":
+            # cert-manager's CRD: no schema ships with kubernetes-validate.
+            assert doc["kind"] == "Certificate" and doc["spec"]["issuerRef"]["name"]
+            continue
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
             # Prometheus Operator CRDs: no schema ships with kubernetes-validate.
             assert doc["kind"] in {"ServiceMonitor", "PrometheusRule"}
@@ -327,7 +332,7 @@ def test_stateless_services_are_deployments_with_an_hpa(value_set: str) -> None:
         assert hpa["spec"]["minReplicas"] >= 2
 
 
-@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS.keys() - TLS))
 def test_native_grpc_probes_match_health_semantics(value_set: str) -> None:
     """startup and liveness ask "" (liveness); readiness asks the service's proto name,
     which is what the service reports SERVING only after warm-up (hippo_cli.registry)."""
@@ -432,7 +437,8 @@ def test_settings_are_real_fields_and_peers_resolve(value_set: str) -> None:
         for key, value in env.items():
             prefix = f"HIPPO_{name.upper()}_"
             assert key.startswith(prefix), key
-            assert key.removeprefix(prefix) in fields, key
+            # A nested model's field (TLS__CA_FILE) belongs to its top-level field.
+            assert key.removeprefix(prefix).split("__")[0] in fields, key
             if key.endswith("_ADDR"):
                 # Peers resolve the headless Service: every ready pod, balanced round robin.
                 assert value.startswith("dns:///"), f"{key}={value}"
@@ -694,3 +700,73 @@ def test_network_policy_gateway_from() -> None:
     assert not allowed(docs, gateway, "grpc", OUTSIDE_POD, MONITORING_NS)
     off = render(merged("default", {"networkPolicy": {"enabled": False}}))
     assert not find(off, "NetworkPolicy")
+
+
+# ---- TLS ---------------------------------------------------------------------------------
+
+
+def test_tls_gives_every_service_its_identity_and_mounts_it() -> None:
+    """tls.enabled: a Certificate per service (URI SAN spiffe://hippo/<service>, the DNS
+    names its peers dial), its Secret mounted at /tls and named in the settings; probes
+    run the TLS healthcheck with the pod's own certificate; the LLM URL is HTTPS."""
+    docs = rendered("tls")
+    certs = {c["metadata"]["name"]: c["spec"] for c in find(docs, "Certificate")}
+    assert set(certs) == {f"{RELEASE}-hippo-{n}" for n in [*SPEC, "operator"]}
+    for name, spec in SPEC.items():
+        cert = certs[f"{RELEASE}-hippo-{name}"]
+        assert cert["uris"] == [f"spiffe://hippo/{name}"]
+        assert f"{RELEASE}-hippo-{name}-headless" in cert["dnsNames"]
+        assert "localhost" in cert["dnsNames"]
+        assert {"server auth", "client auth"} <= set(cert["usages"])
+        env = config(docs, name)
+        prefix = f"HIPPO_{name.upper()}_TLS__"
+        assert env[f"{prefix}CA_FILE"] == "/tls/ca.crt"
+        assert env[f"{prefix}CERT_FILE"] == "/tls/tls.crt"
+        assert env[f"{prefix}KEY_FILE"] == "/tls/tls.key"
+        pod = workload(docs, name)["spec"]["template"]["spec"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+        assert volume["secret"]["secretName"] == cert["secretName"]
+        (c,) = pod["containers"]
+        assert {"name": "tls", "mountPath": "/tls", "readOnly": True} in c["volumeMounts"]
+        port = int(env[f"HIPPO_{name.upper()}_PORT"])
+        ready = c["readinessProbe"]["exec"]["command"]
+        assert ready[:4] == [
+            "python",
+            "-m",
+            "hippo_core.healthcheck",
+            f"127.0.0.1:{port}/{spec.full_name}",
+        ]
+        assert "--tls-cert=/tls/tls.crt" in ready and "grpc" not in c["livenessProbe"]
+    assert config(docs, "gateway")["HIPPO_GATEWAY_TLS__REQUIRE_CLIENT_CERT"] == "true"
+    for name in ("gateway", "summariser"):
+        url = config(docs, name)[f"HIPPO_{name.upper()}_LLM_URL"]
+        assert url == f"https://{RELEASE}-hippo-injection:8085"
+    test = one(docs, "Pod", f"{RELEASE}-hippo-test-health")
+    assert test["spec"]["volumes"][-1]["secret"]["secretName"] == f"{RELEASE}-hippo-operator-tls"
+
+
+def test_tls_from_existing_secrets_without_cert_manager() -> None:
+    values = merged(
+        "tls",
+        {"tls": {"certManager": {"enabled": False}, "existingSecrets": {"audit": "audit-certs"}}},
+    )
+    docs = render(values)
+    assert not find(docs, "Certificate")
+    volumes = workload(docs, "audit")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "audit-certs", "defaultMode": 0o400}} in volumes
+    retrieval = workload(docs, "retrieval")["spec"]["template"]["spec"]["volumes"]
+    assert any(
+        v.get("secret", {}).get("secretName") == f"{RELEASE}-hippo-retrieval-tls" for v in retrieval
+    )
+
+
+def test_tls_with_cert_manager_needs_an_issuer() -> None:
+    values = merged("tls", {"tls": {"certManager": {"issuerRef": {"name": ""}}}})
+    with pytest.raises(helm.HelmError, match=r"tls\.certManager\.issuerRef\.name is required"):
+        render(values)
+
+
+def test_tls_is_off_by_default() -> None:
+    docs = rendered("default")
+    assert not find(docs, "Certificate")
+    assert not any(k.startswith("HIPPO_AUDIT_TLS") for k in config(docs, "audit"))

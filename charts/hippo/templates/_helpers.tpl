@@ -125,7 +125,8 @@ run as Deployments. dict "root" $ "name" "audit".
 
 {{/* The injection service's TGI-compatible HTTP API. */}}
 {{- define "hippo.injectionHttpUrl" -}}
-{{- printf "http://%s:%v" (include "hippo.componentName" (dict "root" . "name" "injection")) .Values.injection.httpPort }}
+{{- /* Under TLS: HTTPS, with a client certificate required (docs/security.md). */}}
+{{- printf "%s://%s:%v" (ternary "https" "http" .Values.tls.enabled) (include "hippo.componentName" (dict "root" . "name" "injection")) .Values.injection.httpPort }}
 {{- end }}
 
 {{- define "hippo.qdrantUrl" -}}
@@ -156,4 +157,26 @@ run as Deployments. dict "root" $ "name" "audit".
 {{- define "hippo.stopSeconds" -}}
 {{- $svc := index .root.Values .name -}}
 {{- add .root.Values.preStopSleepSeconds (ceil $svc.graceSeconds) (ceil (default 0 $svc.drainSeconds)) }}
+{{- end }}
+
+{{/* tls.enabled: the Secret with a service's (or "operator"'s) certificate. dict "root" $ "name" "audit". */}}
+{{- define "hippo.tlsSecret" -}}
+{{- default (printf "%s-%s-tls" (include "hippo.fullname" .root) .name) (index .root.Values.tls.existingSecrets .name) }}
+{{- end }}
+
+{{/* Where every pod mounts its certificate Secret (tls.crt, tls.key, ca.crt). */}}
+{{- define "hippo.tlsDir" -}}/tls{{- end }}
+
+{{/* The probe command under TLS: the pod's own certificate, checked for "localhost". */}}
+{{- define "hippo.tlsProbe" -}}
+exec:
+  command:
+    - python
+    - -m
+    - hippo_core.healthcheck
+    - {{ .target | quote }}
+    - --tls-ca={{ include "hippo.tlsDir" . }}/ca.crt
+    - --tls-cert={{ include "hippo.tlsDir" . }}/tls.crt
+    - --tls-key={{ include "hippo.tlsDir" . }}/tls.key
+    - --tls-server-name=localhost
 {{- end }}

@@ -155,8 +155,12 @@ spec:
           {{- if .enabled }}
           # Liveness key "": SERVING once warm-up is done.
           startupProbe:
+            {{- if $root.Values.tls.enabled }}
+            {{- include "hippo.tlsProbe" (dict "target" (printf "127.0.0.1:%v" $svc.port)) | nindent 12 }}
+            {{- else }}
             grpc:
               port: {{ $svc.port }}
+            {{- end }}
             periodSeconds: {{ .periodSeconds }}
             timeoutSeconds: {{ .timeoutSeconds }}
             failureThreshold: {{ .failureThreshold }}
@@ -167,9 +171,13 @@ spec:
           # The service's own name: NOT_SERVING during warm-up and from the first moment
           # of a drain, so the Service stops routing to this pod.
           readinessProbe:
+            {{- if $root.Values.tls.enabled }}
+            {{- include "hippo.tlsProbe" (dict "target" (printf "127.0.0.1:%v/%s" $svc.port $info.health)) | nindent 12 }}
+            {{- else }}
             grpc:
               port: {{ $svc.port }}
               service: {{ $info.health }}
+            {{- end }}
             periodSeconds: {{ .periodSeconds }}
             timeoutSeconds: {{ .timeoutSeconds }}
             failureThreshold: {{ .failureThreshold }}
@@ -178,8 +186,12 @@ spec:
           {{- with $probes.liveness }}
           {{- if .enabled }}
           livenessProbe:
+            {{- if $root.Values.tls.enabled }}
+            {{- include "hippo.tlsProbe" (dict "target" (printf "127.0.0.1:%v" $svc.port)) | nindent 12 }}
+            {{- else }}
             grpc:
               port: {{ $svc.port }}
+            {{- end }}
             periodSeconds: {{ .periodSeconds }}
             timeoutSeconds: {{ .timeoutSeconds }}
             failureThreshold: {{ .failureThreshold }}
@@ -200,6 +212,13 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- if $root.Values.tls.enabled }}
+            # A Secret volume (not subPath): a renewed certificate appears in place, and
+            # the server serves it from the next connection on.
+            - name: tls
+              mountPath: {{ include "hippo.tlsDir" $root }}
+              readOnly: true
+            {{- end }}
             {{- if or $info.stateful (eq $name "gateway") }}
             - name: data
               mountPath: /data
@@ -213,6 +232,12 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 1Gi
+        {{- if $root.Values.tls.enabled }}
+        - name: tls
+          secret:
+            secretName: {{ include "hippo.tlsSecret" . }}
+            defaultMode: 0400
+        {{- end }}
         {{- if or (eq $name "gateway") (and $info.stateful (not $stateful)) }}
         # Nothing durable here: the gateway's spool (embedded mode; in cluster mode it is
         # an outbox table in PostgreSQL) or, in cluster mode, scratch space of a service
