@@ -155,10 +155,14 @@ class SqliteLog:
         return None if row is None else bytes(row[0])
 
     def tenant_tip(self, tenant: str, from_seq: int, to_seq: int) -> tuple[int, int, bytes]:
-        count, last = self._reader().execute(
-            "SELECT COUNT(*), MAX(seq) FROM entries WHERE tenant = ? AND seq BETWEEN ? AND ?",
-            (tenant, from_seq, to_seq),
-        ).fetchone()
+        count, last = (
+            self._reader()
+            .execute(
+                "SELECT COUNT(*), MAX(seq) FROM entries WHERE tenant = ? AND seq BETWEEN ? AND ?",
+                (tenant, from_seq, to_seq),
+            )
+            .fetchone()
+        )
         if not count:
             return 0, 0, b""
         return int(count), int(last), self.hash_at(int(last)) or b""

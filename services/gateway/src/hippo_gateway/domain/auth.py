@@ -67,9 +67,7 @@ def digest(key: str) -> str:
 
 
 def _grant(tenant_or_grant: str | KeyGrant) -> KeyGrant:
-    grant = (
-        KeyGrant(tenant_or_grant) if isinstance(tenant_or_grant, str) else tenant_or_grant
-    )
+    grant = KeyGrant(tenant_or_grant) if isinstance(tenant_or_grant, str) else tenant_or_grant
     if not _TENANT.match(grant.tenant):
         raise ValueError(f"api_keys: tenant {grant.tenant!r} is not 1..128 of [A-Za-z0-9._:@-]")
     unknown = sorted(set(grant.roles) - set(ROLES))
