@@ -160,9 +160,9 @@ async def test_forgetting_a_user_erases_their_memtoks_and_nothing_less_does() ->
 
 def test_api_keys_map_to_tenants() -> None:
     auth = Authenticator({"plain-key": "acme", f"sha256:{digest('hashed-key')}": "globex"})
-    assert auth.tenant([("x-api-key", "plain-key")]) == "acme"
-    assert auth.tenant([("authorization", "Bearer hashed-key")]) == "globex"
-    assert auth.tenant([("authorization", "bearer  plain-key ")]) == "acme"
+    assert auth.caller([("x-api-key", "plain-key")], "Recall").tenant == "acme"
+    assert auth.caller([("authorization", "Bearer hashed-key")], "Recall").tenant == "globex"
+    assert auth.caller([("authorization", "bearer  plain-key ")], "Recall").tenant == "acme"
     for metadata in (
         [],
         [("x-api-key", "nope")],
@@ -170,6 +170,6 @@ def test_api_keys_map_to_tenants() -> None:
         [("x-api-key", "")],
     ):
         with pytest.raises(Unauthenticated):
-            auth.tenant(metadata)
+            auth.caller(metadata, "Recall")
     with pytest.raises(ValueError, match="tenant"):
         Authenticator({"k": "bad tenant"})

@@ -91,10 +91,6 @@ class Authenticator:
     def __len__(self) -> int:
         return len(self._grants)
 
-    def tenant(self, metadata: Iterable[tuple[str, str | bytes]]) -> str:
-        """The caller's tenant from gRPC metadata, or Unauthenticated."""
-        return self._grant(metadata).tenant
-
     def caller(self, metadata: Iterable[tuple[str, str | bytes]], rpc: str) -> Caller:
         """The caller of `rpc`: Unauthenticated without one valid key, PermissionDenied
         when the key's roles do not allow the RPC."""
