@@ -153,6 +153,42 @@ async def test_calls_spread_over_every_replica_of_a_peer(two_replicas: list[Harn
     ]
 
 
+async def test_each_replica_reaches_every_address_once(two_replicas: list[Harness]) -> None:
+    """A call that must reach all replicas (an erasure of in-memory caches) runs once on
+    each address of an `ipv4:` list, where a balanced channel would reach one per call;
+    a name is resolved to every address it has; a failing replica's error is raised."""
+
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        return embedding_pb2.EmbedResponse(count=1)
+
+    for replica in two_replicas:
+        replica.servicer.behaviour = behaviour
+
+    async def embed(channel: grpc.aio.Channel) -> int:
+        reply = await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+            embedding_pb2.EmbedRequest(texts=["a"])
+        )
+        return int(reply.count)
+
+    target = "ipv4:" + ",".join(r.addr for r in two_replicas)
+    assert await client.each_replica(target, embed) == [1, 1]
+    assert [r.servicer.calls for r in two_replicas] == [1, 1]
+    port = two_replicas[0].runner.port
+    resolved = await client.replicas(f"localhost:{port}")
+    assert (f"ipv4:127.0.0.1:{port}", "localhost") in resolved
+    assert await client.replicas(f"dns:///127.0.0.1:{port}") == [
+        (f"ipv4:127.0.0.1:{port}", "127.0.0.1")
+    ]
+
+    async def refuse(request, context):  # type: ignore[no-untyped-def]
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no")
+
+    two_replicas[1].servicer.behaviour = refuse
+    with pytest.raises(grpc.aio.AioRpcError):
+        await client.each_replica(target, embed)
+    assert two_replicas[0].servicer.calls == 2  # the healthy one was still called
+
+
 async def test_servers_ask_clients_to_reconnect_after_the_max_connection_age() -> None:
     """GOAWAY after the age: a long-lived channel reconnects (and so re-resolves its
     peer's replicas) while its calls keep succeeding."""

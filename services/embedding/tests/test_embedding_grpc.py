@@ -41,6 +41,20 @@ def test_repeated_text_is_answered_from_cache(stub: EmbedStub) -> None:
     np.testing.assert_array_equal(_vectors(first)[0], _vectors(second)[0])
 
 
+def test_drop_cache_forgets_every_text_it_had_seen(stub: EmbedStub) -> None:
+    """After DropCache no text answers as cached (a Forget relies on it: `cached` would
+    otherwise tell that erased text was embedded), and the vectors stay the same."""
+    text = f"forgotten sentence {time.time_ns()}"
+    first = stub.Embed(embedding_pb2.EmbedRequest(texts=[text]), timeout=10)
+    assert stub.Embed(embedding_pb2.EmbedRequest(texts=[text]), timeout=10).cached == 1
+    dropped = stub.DropCache(embedding_pb2.DropCacheRequest(), timeout=10)
+    assert dropped.entries_dropped >= 1
+    again = stub.Embed(embedding_pb2.EmbedRequest(texts=[text]), timeout=10)
+    assert again.cached == 0
+    np.testing.assert_allclose(_vectors(again)[0], _vectors(first)[0], atol=1e-6)
+    assert stub.DropCache(embedding_pb2.DropCacheRequest(), timeout=10).entries_dropped == 1
+
+
 def _field_violation(err: grpc.RpcError) -> str:
     raw = dict(err.trailing_metadata() or ())["grpc-status-details-bin"]  # type: ignore[attr-defined]
     bad = error_details_pb2.BadRequest()

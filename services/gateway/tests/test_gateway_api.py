@@ -10,6 +10,7 @@ from gateway_harness import Cluster, key_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 
 HYBRID, LEXICAL, SEMANTIC = (
@@ -225,6 +226,12 @@ def test_forget_removes_a_canary_from_every_mode_and_from_the_turn_store(
         timeout=10,
     )
     assert gone.memories_deleted == 1
+    # The embedding cache held the canary's vector (Remember and Recall embedded it):
+    # it is dropped, so the canary no longer answers as "seen before" there.
+    assert gone.cache_entries_dropped >= 1 and not gone.audit_key_destroyed
+    with grpc.insecure_channel(cluster.embedding.addr) as channel:
+        embed = embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed
+        assert embed(embedding_pb2.EmbedRequest(texts=[canary]), timeout=10).cached == 0
     for mode in MODES:
         assert canary not in texts_of(recall(stub, "acme", user, canary, mode, top_k=100))
     token = canary.split()[0].encode()
@@ -232,6 +239,7 @@ def test_forget_removes_a_canary_from_every_mode_and_from_the_turn_store(
         assert token not in path.read_bytes(), path  # erased from the file, not just hidden
     again = stub.Forget(memory_pb2.ForgetRequest(user_id=user), metadata=key_of("acme"), timeout=10)
     assert again.memories_deleted == 1  # the ordinary note; the canary was already gone
+    assert again.audit_key_destroyed  # a whole user: the audit service confirmed it
     assert recall(stub, "acme", user, "ordinary note", HYBRID).hits == []
     idempotent = stub.Forget(
         memory_pb2.ForgetRequest(user_id=user), metadata=key_of("acme"), timeout=10

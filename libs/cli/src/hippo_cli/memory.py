@@ -216,3 +216,9 @@ def forget(
         f"erased {reply.memories_deleted} memories, {reply.sessions_deleted} sessions, "
         f"{reply.memtoks_deleted} memtoks"
     )
+    key = ""
+    if not session and not memory_ids:
+        key = (
+            "; audit key destroyed" if reply.audit_key_destroyed else "; audit key erasure spooled"
+        )
+    click.echo(f"dropped {reply.cache_entries_dropped} cached vectors{key}")

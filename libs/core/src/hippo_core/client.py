@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -22,6 +23,8 @@ from hippo_core import context as request_context
 from hippo_core import errors, metrics, tls, tracing
 from hippo_core.errors import DeadlineExceeded
 from hippo_core.settings import MIB, ClientSettings, TlsSettings
+
+T = TypeVar("T")
 
 
 def _service_config(max_attempts: int) -> str:
@@ -240,3 +243,62 @@ async def calling(peer: str) -> AsyncIterator[None]:
         yield
     except grpc.aio.AioRpcError as exc:
         raise peer_error(exc, peer) from exc
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"not host:port: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+async def replicas(target: str) -> list[tuple[str, str | None]]:
+    """Every replica behind `target`, one (address, certificate name) each, for a call
+    that must reach all of them (an erasure of each replica's in-memory cache) rather
+    than one picked round robin. `ipv4:`/`ipv6:` lists are split; a name (`host:port` or
+    `dns:///host:port`, e.g. a headless Service) is resolved to all its addresses, each
+    dialled as an IP and checked against the name's certificate."""
+    for scheme in ("ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            listed = [a.strip() for a in target[len(scheme) :].split(",") if a.strip()]
+            return [(f"{scheme}{a}", _split_host_port(a)[0]) for a in listed]
+    name = target.removeprefix("dns:///").removeprefix("dns:")
+    host, port = _split_host_port(name)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    found: list[tuple[str, str | None]] = []
+    for family, *_, sockaddr in infos:
+        ip = str(sockaddr[0])
+        address = f"ipv6:[{ip}]:{port}" if family == socket.AF_INET6 else f"ipv4:{ip}:{port}"
+        if (address, host) not in found:
+            found.append((address, host))
+    return found
+
+
+async def each_replica(
+    target: str,
+    call: Callable[[grpc.aio.Channel], Awaitable[T]],
+    settings: ClientSettings | None = None,
+    *,
+    tls_settings: TlsSettings | None = None,
+) -> list[T]:
+    """Run `call` once against every replica behind `target` (see `replicas`), all at
+    once, each on a channel of its own that is closed afterwards; the results in replica
+    order. The first failure is raised once every call has ended."""
+    found = await replicas(target)
+
+    async def one(address: str, name: str | None) -> T:
+        own_tls = tls_settings
+        if own_tls is not None and own_tls.enabled and not own_tls.server_name and name:
+            own_tls = own_tls.model_copy(update={"server_name": name})
+        peer = channel(address, settings, tls_settings=own_tls)
+        try:
+            return await call(peer)
+        finally:
+            await peer.close()
+
+    results = await asyncio.gather(*(one(a, n) for a, n in found), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException)]

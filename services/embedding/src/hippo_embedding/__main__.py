@@ -21,7 +21,11 @@ FULL_NAME = embedding_pb2.DESCRIPTOR.services_by_name["EmbeddingService"].full_n
 # Who may call each RPC when TLS is on (docs/security.md has the whole table).
 CALLERS = callers(
     FULL_NAME,
-    {"Embed": {"gateway", "injection", OPERATOR}, "Info": {"gateway", OPERATOR}},
+    {
+        "Embed": {"gateway", "injection", OPERATOR},
+        "Info": {"gateway", OPERATOR},
+        "DropCache": {"gateway", OPERATOR},  # Forget's erasure
+    },
 )
 WARMUP_TEXTS = ["Hippo warms up the encoder.", "A second, longer sentence so shapes vary a bit."]
 

@@ -31,6 +31,12 @@ class EmbeddingServicer(embedding_pb2_grpc.EmbeddingServiceServicer):
         result = await domain.embed(list(request.texts))
         return convert.embed_response(result, domain.encoder.model)
 
+    async def DropCache(
+        self, request: embedding_pb2.DropCacheRequest, context: grpc.aio.ServicerContext
+    ) -> embedding_pb2.DropCacheResponse:
+        dropped = self._domain().drop_cache()
+        return embedding_pb2.DropCacheResponse(entries_dropped=dropped)
+
     async def Info(
         self, request: embedding_pb2.InfoRequest, context: grpc.aio.ServicerContext
     ) -> embedding_pb2.InfoResponse:

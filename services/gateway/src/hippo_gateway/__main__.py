@@ -14,7 +14,7 @@ from hippo_core.postgres import Database, engine
 from hippo_core.server.app import Service, run
 from hippo_gateway.adapters import fingerprint_key, spool, spool_store
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
-from hippo_gateway.adapters.embedding_client import GrpcEmbedder
+from hippo_gateway.adapters.embedding_client import GrpcEmbedder, GrpcEmbeddingCaches
 from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
@@ -75,7 +75,7 @@ def audit_recorder(
     """The audit recorder over its spool and the audit service (not started)."""
     log = GrpcAuditLog(channel)
     config = RecorderConfig(settings.audit_fail_closed, settings.audit_seq_wait_seconds)
-    outbox_of = spool.opener(state.store, scrub=state.scrub)
+    outbox_of = spool.opener(state.store, scrub=state.scrub, seal_key=state.key)
     recorder = AuditRecorder(log, outbox_of, state.key, config)
     return recorder, AuditTrail(log, recorder)
 
@@ -157,6 +157,7 @@ def build(settings: GatewaySettings) -> Service:
             # the caller) while the injection service is down rather than leave them.
             memtoks=influencer if settings.injection_addr else None,
             quotas=limits,
+            caches=GrpcEmbeddingCaches(settings.embedding_addr, settings.client, settings.tls),
         )
         builder = ContextBuilder(
             memory,

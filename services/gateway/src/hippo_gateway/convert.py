@@ -190,6 +190,8 @@ def forget_response(result: Forgotten) -> memory_pb2.ForgetResponse:
         memories_deleted=result.memories,
         sessions_deleted=result.sessions,
         memtoks_deleted=result.memtoks,
+        cache_entries_dropped=result.cache_entries,
+        audit_key_destroyed=result.audit_key_destroyed,
     )
 
 

@@ -34,6 +34,13 @@ class VectorCache:
             self._items.move_to_end(k)
         return row
 
+    def clear(self) -> int:
+        """Drop every entry (a Forget: see `EmbeddingService.drop_cache`); how many."""
+        dropped = len(self._items)
+        self._items.clear()
+        metrics.CACHE_ENTRIES.set(0)
+        return dropped
+
     def put(self, k: bytes, row: Vectors) -> None:
         if self._capacity == 0:
             return

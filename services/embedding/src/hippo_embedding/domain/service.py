@@ -29,6 +29,12 @@ class EmbeddingService:
         self._batcher = batcher
         self._cache = cache
 
+    def drop_cache(self) -> int:
+        """Empty the cache (the gateway's Forget): a cached text answers `cached`, and
+        faster, so it would tell whether erased text was ever embedded. The cache is
+        keyed by text alone, not by who sent it, so it goes whole. Returns entries dropped."""
+        return self._cache.clear()
+
     async def embed(self, texts: Sequence[str]) -> Embedded:
         validate(texts, self.limits)
         out = np.empty((len(texts), self.encoder.dimension), dtype=np.float32)

@@ -1,15 +1,20 @@
-"""The embedding service through gRPC (the `Embedder` port)."""
+"""The embedding service through gRPC (the `Embedder` and `EmbeddingCaches` ports)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from hippo_core import client
 from hippo_core.client import calling
+from hippo_core.settings import ClientSettings, TlsSettings
 from hippo_gateway.domain.models import Vectors
+
+log = logging.getLogger(__name__)
 
 
 class GrpcEmbedder:
@@ -42,3 +47,36 @@ class GrpcEmbedder:
             flat = np.frombuffer(reply.vectors, dtype="<f4").astype(np.float32)
             rows.append(flat.reshape(reply.count, reply.dimension))
         return np.concatenate(rows) if rows else np.empty((0, self.dimension), np.float32)
+
+
+class GrpcEmbeddingCaches:
+    """`EmbeddingCaches`: DropCache on every replica behind the embedding address (an
+    `ipv4:` list, or a name resolved to all its pods), each on a channel of its own. A
+    replica that is not running (UNAVAILABLE) holds no cache: an in-memory cache dies
+    with its process, and a new one starts empty."""
+
+    def __init__(
+        self,
+        target: str,
+        settings: ClientSettings,
+        tls_settings: TlsSettings | None = None,
+    ) -> None:
+        self._target = target
+        self._settings = settings
+        self._tls = tls_settings
+
+    async def drop(self) -> int:
+        async def one(channel: grpc.aio.Channel) -> int:
+            stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+            try:
+                reply = await stub.DropCache(embedding_pb2.DropCacheRequest())
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    log.warning("embedding: a replica is down, so its cache is empty")
+                    return 0
+                raise client.peer_error(exc, "embedding") from exc
+            return int(reply.entries_dropped)
+
+        return sum(
+            await client.each_replica(self._target, one, self._settings, tls_settings=self._tls)
+        )

@@ -132,14 +132,19 @@ class AuditRecorder:
         """Spooled in every mode, never refused: Forget's entry and (for a whole user) the
         destruction of the user's key, spooled together; notes about writes that failed.
         Returns the seq when `wait` and delivered within seq_wait_seconds, else 0."""
+        return (await self._spooled(event, erase, wait))[0]
+
+    async def _spooled(
+        self, event: AuditEvent, erase: EraseUser | None, wait: bool
+    ) -> tuple[int, int]:
+        """The seqs of the event and of the erasure (0: not delivered within the wait)."""
         wait = wait and self.reachable
         waiter = self._waiter(event.event_id) if wait else None
         erased = self._waiter(erase.event_id) if wait and erase is not None else None
         await self._put([event, erase] if erase is not None else [event])
         seq = await self._await(event.event_id, waiter)
-        if erase is not None:
-            await self._await(erase.event_id, erased)
-        return seq
+        erase_seq = await self._await(erase.event_id, erased) if erase is not None else 0
+        return seq, erase_seq
 
     # -- the memory use cases' records (MemoryService calls these) ------------------------
 
@@ -173,11 +178,13 @@ class AuditRecorder:
         erased: Sequence[str],
         sessions: int,
         memtoks: int = 0,
-    ) -> None:
-        """Forget's record, and for a whole user the destruction of their audit key."""
+    ) -> bool:
+        """Forget's record, and for a whole user the destruction of their audit key; True
+        when the audit service confirmed the key destroyed within seq_wait_seconds."""
         event = forget_event(tenant, kind, user, session, requested, erased, sessions, memtoks)
         erase = EraseUser(tenant, user) if kind == "user" else None
-        await self.record_spooled(event, erase=erase, wait=True)
+        _, erase_seq = await self._spooled(event, erase, wait=True)
+        return erase_seq > 0
 
     async def _put(self, items: Sequence[AuditItem]) -> None:
         try:

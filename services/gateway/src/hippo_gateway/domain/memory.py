@@ -30,7 +30,7 @@ from hippo_gateway.domain.models import (
     TurnIn,
     TurnToStore,
 )
-from hippo_gateway.domain.ports import Embedder, Memtoks, Sessions, TurnStore
+from hippo_gateway.domain.ports import Embedder, EmbeddingCaches, Memtoks, Sessions, TurnStore
 from hippo_gateway.domain.quota import Quotas
 
 
@@ -59,8 +59,11 @@ class MemoryService:
         audit: AuditRecorder | None = None,
         memtoks: Memtoks | None = None,
         quotas: Quotas | None = None,
+        caches: EmbeddingCaches | None = None,
     ) -> None:
         self._embedder = embedder
+        # The embedding service's vector caches, emptied on Forget; None = none to empty.
+        self._caches = caches
         # Per-tenant stored-turn quotas (domain/quota.py); None = unlimited.
         self._quotas = quotas
         # The memtok store (injection); None = no influence pipeline in this deployment.
@@ -161,8 +164,12 @@ class MemoryService:
             # The user's words in the memtok store (a memtok merges words of many turns:
             # it goes with the user, not with one session or turn).
             memtoks = await self._memtoks.forget_user(tenant, target.user)
+        # Cached vectors are keyed by text alone, so every replica's cache goes whole
+        # (after the stores: a Recall racing this Forget re-caches nothing it can find).
+        dropped = await self._caches.drop() if self._caches is not None else 0
+        key_destroyed = False
         if self._audit is not None:
-            await self._audit.forgotten(
+            key_destroyed = await self._audit.forgotten(
                 tenant,
                 target.kind,
                 target.user,
@@ -172,7 +179,13 @@ class MemoryService:
                 sessions,
                 memtoks,
             )
-        return Forgotten(memories=len(erased), sessions=sessions, memtoks=memtoks)
+        return Forgotten(
+            memories=len(erased),
+            sessions=sessions,
+            memtoks=memtoks,
+            cache_entries=dropped,
+            audit_key_destroyed=key_destroyed,
+        )
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
         return await self._store.get(tenant, user, memory_ids) if memory_ids else []

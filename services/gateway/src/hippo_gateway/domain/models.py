@@ -108,6 +108,10 @@ class Forgotten:
     memories: int
     sessions: int = 0
     memtoks: int = 0
+    # Vectors dropped from the embedding caches (every replica's, whole).
+    cache_entries: int = 0
+    # The audit service confirmed the user's key destroyed before the reply.
+    audit_key_destroyed: bool = False
 
 
 class Layout(StrEnum):

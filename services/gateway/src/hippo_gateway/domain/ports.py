@@ -36,6 +36,14 @@ class Embedder(Protocol):
         ...
 
 
+class EmbeddingCaches(Protocol):
+    async def drop(self) -> int:
+        """Empty the embedding service's vector cache on every replica (Forget: a cached
+        text answers faster and as `cached`, telling that erased text was seen); the
+        entries dropped. Raises when a running replica could not be reached in time."""
+        ...
+
+
 class TurnStore(Protocol):
     async def write(
         self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False

@@ -51,3 +51,13 @@ class InfoResponse(_message.Message):
     max_batch: int
     max_tokens: int
     def __init__(self, model: _Optional[str] = ..., dimension: _Optional[int] = ..., backend: _Optional[str] = ..., normalized: _Optional[bool] = ..., vector_encoding: _Optional[str] = ..., max_texts: _Optional[int] = ..., max_chars: _Optional[int] = ..., max_batch: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
+class DropCacheRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DropCacheResponse(_message.Message):
+    __slots__ = ("entries_dropped",)
+    ENTRIES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    entries_dropped: int
+    def __init__(self, entries_dropped: _Optional[int] = ...) -> None: ...

@@ -45,6 +45,11 @@ class EmbeddingServiceStub:
                 request_serializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoRequest.SerializeToString,
                 response_deserializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.DropCache = channel.unary_unary(
+                '/hippo.embedding.v1.EmbeddingService/DropCache',
+                request_serializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheRequest.SerializeToString,
+                response_deserializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheResponse.FromString,
+                _registered_method=True)
 
 
 class EmbeddingServiceServicer:
@@ -65,6 +70,16 @@ class EmbeddingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DropCache(self, request, context):
+        """DropCache empties this replica's vector cache. The gateway calls it on every replica
+        when it forgets: a cached text answers `EmbedResponse.cached` (and faster), which
+        would tell whether erased text was ever embedded. The cache is keyed by text, not
+        by user, so it is dropped whole; it refills from the next calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmbeddingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +92,11 @@ def add_EmbeddingServiceServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoRequest.FromString,
                     response_serializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoResponse.SerializeToString,
+            ),
+            'DropCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropCache,
+                    request_deserializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheRequest.FromString,
+                    response_serializer=hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +154,33 @@ class EmbeddingService:
             '/hippo.embedding.v1.EmbeddingService/Info',
             hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoRequest.SerializeToString,
             hippo_dot_embedding_dot_v1_dot_embedding__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.embedding.v1.EmbeddingService/DropCache',
+            hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheRequest.SerializeToString,
+            hippo_dot_embedding_dot_v1_dot_embedding__pb2.DropCacheResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -392,14 +392,18 @@ class ForgetRequest(_message.Message):
     def __init__(self, memory_ids: _Optional[_Union[MemoryIds, _Mapping]] = ..., session: _Optional[_Union[Scope, _Mapping]] = ..., user_id: _Optional[str] = ...) -> None: ...
 
 class ForgetResponse(_message.Message):
-    __slots__ = ("memories_deleted", "sessions_deleted", "memtoks_deleted")
+    __slots__ = ("memories_deleted", "sessions_deleted", "memtoks_deleted", "cache_entries_dropped", "audit_key_destroyed")
     MEMORIES_DELETED_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_DELETED_FIELD_NUMBER: _ClassVar[int]
     MEMTOKS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_ENTRIES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_KEY_DESTROYED_FIELD_NUMBER: _ClassVar[int]
     memories_deleted: int
     sessions_deleted: int
     memtoks_deleted: int
-    def __init__(self, memories_deleted: _Optional[int] = ..., sessions_deleted: _Optional[int] = ..., memtoks_deleted: _Optional[int] = ...) -> None: ...
+    cache_entries_dropped: int
+    audit_key_destroyed: bool
+    def __init__(self, memories_deleted: _Optional[int] = ..., sessions_deleted: _Optional[int] = ..., memtoks_deleted: _Optional[int] = ..., cache_entries_dropped: _Optional[int] = ..., audit_key_destroyed: _Optional[bool] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("scope",)
