@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,9 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with local_cluster(tmp_path_factory.mktemp("var")) as running:
+    # Index files are rebuilt 1 s after an erasure (default 60 s), for the canary test.
+    env = {"HIPPO_RETRIEVAL_PURGE_DELAY_SECONDS": "1"}
+    with local_cluster(tmp_path_factory.mktemp("var"), env) as running:
         yield running
     stopped = "\n".join(running.shutdown)
     for spec in SERVICES:
@@ -398,10 +401,137 @@ def test_hippo_seed_writes_a_locomo_archive_into_the_memtok_store(
     # Forgetting a user reaches the memtok store: their words go, and a retry erases nothing.
     gone = _hippo(cluster, "forget", "--user", "conv-0", "--yes")
     assert gone.returncode == 0, gone.stderr
-    erased = int(gone.stdout.split(", ")[-1].split()[0])
+    erased = int(gone.stdout.splitlines()[0].split(", ")[-1].split()[0])
     assert erased > 0, gone.stdout
     again = _hippo(cluster, "forget", "--user", "conv-0", "--yes")
-    assert again.stdout.rstrip().endswith(", 0 memtoks"), again.stdout
+    assert again.stdout.splitlines()[0].endswith(", 0 memtoks"), again.stdout
+
+
+def _files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
+    """Every file under `root` whose bytes hold one of `needles` (read in overlapping
+    chunks: the model weights under var/ are large)."""
+    found: dict[str, list[str]] = {}
+    overlap = max(len(n) for n in needles)
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        tail = b""
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                window = tail + chunk
+                for needle in needles:
+                    if needle in window:
+                        found.setdefault(str(path.relative_to(root)), []).append(needle.decode())
+                tail = window[-overlap:]
+    return {k: sorted(set(v)) for k, v in found.items()}
+
+
+def test_a_forgotten_canary_is_in_no_file_and_no_service(cluster: LocalCluster) -> None:
+    """Erasure is complete: a canary planted through every RPC that takes text
+    (Remember's text and metadata, Recall, BuildContext, Chat with influence on, so the
+    memtok store and the audit's sealed parts, ReportOutcome's note) is, after Forget of
+    the user, in no file under var/ (stores, their WALs, index segments, the spool, logs)
+    and answered by no service: not recalled, no window or summary, no memtok, not
+    cached by the embedding service, no readable audit body."""
+    import grpc
+
+    from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+    from hippo.memory.v1 import memory_pb2 as pb
+
+    tag = uuid.uuid4().hex[:10]
+    words = [f"zq{tag}", f"Vq{tag}x"]  # lower case, and mixed case (analysers fold it)
+    canary = f"my locker code is {words[0]} and the dog is {words[1]}"
+    needles = [w.encode() for w in words] + [words[1].lower().encode()]
+    user = f"canary-{tag}"
+    scope = pb.Scope(user_id=user, session_id="s1")
+    memory, _, channels = _stubs(cluster)
+    try:
+        memory.Remember(
+            pb.RememberRequest(
+                scope=scope,
+                turns=[pb.Turn(role=pb.ROLE_USER, text=canary, metadata={"tag": words[0]})],
+                wait_searchable=True,
+            ),
+            metadata=KEY,
+            timeout=60,
+        )
+        for mode in (pb.RECALL_MODE_HYBRID, pb.RECALL_MODE_LEXICAL, pb.RECALL_MODE_SEMANTIC):
+            hits = memory.Recall(
+                pb.RecallRequest(scope=scope, query=canary, mode=mode), metadata=KEY, timeout=30
+            ).hits
+            assert hits and words[0] in hits[0].memory.text
+        built = memory.BuildContext(
+            pb.BuildContextRequest(scope=scope, query=f"what is {words[1]}?"),
+            metadata=KEY,
+            timeout=60,
+        )
+        assert words[0] in built.prompt
+        events = list(
+            memory.Chat(
+                pb.ChatRequest(
+                    scope=scope,
+                    message=f"Remember that {words[1]} likes {words[0]} biscuits.",
+                    params=pb.GenerationParameters(max_new_tokens=2),
+                    influence=pb.INFLUENCE_MODE_ON,
+                ),
+                metadata=KEY,
+                timeout=180,
+            )
+        )
+        seq = events[-1].end.audit_seq
+        memory.ReportOutcome(
+            pb.ReportOutcomeRequest(
+                scope=scope, audit_seq=seq, kind=pb.OUTCOME_KIND_CORRECTED, note=canary
+            ),
+            metadata=KEY,
+            timeout=30,
+        )
+        held = _files_holding(cluster.data_dir, needles)
+        assert held, "the canary was planted nowhere: the test would prove nothing"
+
+        gone = memory.Forget(pb.ForgetRequest(user_id=user), metadata=KEY, timeout=60)
+        assert gone.memories_deleted >= 3 and gone.sessions_deleted == 1, gone
+        assert gone.memtoks_deleted >= 1 and gone.cache_entries_dropped >= 1, gone
+        assert gone.audit_key_destroyed, gone
+        with grpc.insecure_channel(cluster.addrs["embedding"]) as channel:
+            # Asked before anything below embeds the canary again (a Recall would).
+            embed = embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed
+            assert embed(embedding_pb2.EmbedRequest(texts=[canary]), timeout=30).cached == 0
+
+        # Index files are rebuilt without the erased documents after the purge delay.
+        deadline = time.monotonic() + 90
+        while (held := _files_holding(cluster.data_dir, needles)) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert held == {}, held
+
+        for mode in (pb.RECALL_MODE_HYBRID, pb.RECALL_MODE_LEXICAL, pb.RECALL_MODE_SEMANTIC):
+            request = pb.RecallRequest(scope=scope, query=canary, mode=mode, top_k=100)
+            assert not memory.Recall(request, metadata=KEY, timeout=30).hits
+        session = memory.GetSession(pb.GetSessionRequest(scope=scope), metadata=KEY, timeout=30)
+        assert not session.window and not session.summary
+        entries = memory.ListAuditEntries(
+            pb.ListAuditEntriesRequest(scope=pb.Scope(user_id=user), page_size=1000),
+            metadata=KEY,
+            timeout=30,
+        ).entries
+        assert entries and all(w not in str(e) for e in entries for w in words)
+        again = list(
+            memory.Chat(
+                pb.ChatRequest(
+                    scope=pb.Scope(user_id=user, session_id="s2"),
+                    message=f"What does {words[1]} like?",
+                    params=pb.GenerationParameters(max_new_tokens=1),
+                    influence=pb.INFLUENCE_MODE_ON,
+                ),
+                metadata=KEY,
+                timeout=180,
+            )
+        )
+        assert not again[-1].end.influences  # no memtok of the forgotten user is left
+        assert all(w not in again[0].start.disclosure_note for w in words)
+    finally:
+        for channel in channels:
+            channel.close()
 
 
 def _children(parent: int) -> dict[str, int]:

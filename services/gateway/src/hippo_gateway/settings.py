@@ -160,7 +160,8 @@ class GatewaySettings(ServiceSettings):
     audit_fingerprint_key: SecretStr = Field(
         SecretStr(""),
         description="Base64 of the secret that keys query fingerprints in the audit log "
-        "(HMAC-SHA256). Empty: generated on first start and kept in "
+        "(HMAC-SHA256) and, derived from it, the key that seals private bodies in the "
+        "audit spool (AES-GCM). Empty: generated on first start and kept in "
         "<data_dir>/audit-fingerprint.key, or in cluster mode in the gateway's PostgreSQL "
         "schema, where every replica reads the same one (and whoever reads that schema "
         "can read the key: set it from a secret to keep it out of the database).",
