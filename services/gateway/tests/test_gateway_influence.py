@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_gateway_context import FakeRecall, FakeSessions, WordTokenizer
 
-from hippo_core.errors import FailedPrecondition, Unimplemented
+from hippo_core.errors import FailedPrecondition, ResourceExhausted, Unimplemented
 from hippo_gateway.domain import disclosure
 from hippo_gateway.domain.audit_events import AuditEvent
 from hippo_gateway.domain.chat import ChatService, Finished, Influence, Started, Token
@@ -52,8 +52,13 @@ class Recorder:
 
 
 class Memory:
-    def __init__(self) -> None:
+    def __init__(self, room: int = 1000) -> None:
         self.turns: list[TurnIn] = []
+        self.room = room  # turns the tenant may still store
+
+    async def admit_turns(self, tenant: str, count: int) -> None:
+        if count > self.room:
+            raise ResourceExhausted("over quota", retry_after=None, quota=("t", "max_stored_turns"))
 
     async def remember(self, tenant: str, user: str, session: str, turns: Sequence[TurnIn]) -> Any:
         self.turns += turns
@@ -205,3 +210,13 @@ def test_the_note_shows_small_strengths() -> None:
     body = {"influence_mode": "on", "influences": applied}
     event = AuditEvent("t", "influence", "u", "s", body=body)
     assert disclosure.note(event) == "Influence applied: k (layer 3, strength 0.0047)."
+
+
+async def test_a_tenant_at_its_stored_turn_quota_is_refused_before_generating() -> None:
+    """Chat stores the exchange after the reply: a tenant that could not store it is
+    refused first, so no generation is spent on a reply that would be thrown away."""
+    service, recorder, llm = chat(None)
+    service._memory = Memory(room=1)  # type: ignore[assignment]
+    with pytest.raises(ResourceExhausted):
+        await run(service, Influence.DEFAULT)
+    assert llm.prompts == [] and recorder.events == []

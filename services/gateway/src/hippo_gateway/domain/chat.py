@@ -114,6 +114,9 @@ class ChatService:
             # Residual influence needs the memtok store (the injection service's), which
             # this deployment does not reach.
             raise Unimplemented("influence ON needs the memtok store, not deployed here")
+        # The exchange (message and reply) is stored after the reply: a tenant at its
+        # stored-turn quota is refused now, before a generation it could not keep.
+        await self._memory.admit_turns(tenant, 2)
         context = await self._context.build(
             tenant,
             user,

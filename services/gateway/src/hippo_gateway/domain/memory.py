@@ -75,6 +75,12 @@ class MemoryService:
         # The audit log (domain/audit_recorder.py); None = nothing is recorded in this deployment.
         self._audit = audit
 
+    async def admit_turns(self, tenant: str, count: int) -> None:
+        """Raise ResourceExhausted if storing `count` more turns would exceed the
+        tenant's stored-turn quota (Chat asks before it generates, not after)."""
+        if self._quotas is not None:
+            await self._quotas.admit_turns(tenant, count)
+
     async def remember(
         self,
         tenant: str,
