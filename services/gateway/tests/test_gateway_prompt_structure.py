@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo_core.listen import reserve_port
+from hippo_core.neutralise import MEMORY_TAG, Neutraliser
 from hippo_core.testing import ServiceProcess, service_process, wait_for
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer
 from hippo_gateway.domain.context import INSTRUCTIONS, ContextBuilder
@@ -37,7 +38,6 @@ from hippo_gateway.domain.models import (
     SessionState,
     SessionTurn,
 )
-from hippo_gateway.domain.neutralise import MEMORY_TAG, Neutraliser
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL_DIR = ROOT / "var" / "injection" / "model"  # `make model` converts it once

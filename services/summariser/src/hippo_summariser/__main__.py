@@ -146,7 +146,13 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         else:
             log.warning("merges_not_audited", reason="HIPPO_SUMMARISER_AUDIT_ADDR is empty")
         merger = Merger(
-            store, counter, llm, merge_config(settings), observer or NoObserver(), outbox=outbox
+            store,
+            counter,
+            llm,
+            merge_config(settings),
+            observer or NoObserver(),
+            outbox=outbox,
+            special_tokens=counter.special_tokens,
         )
         mergers.append(merger)
         service = SummariserService(

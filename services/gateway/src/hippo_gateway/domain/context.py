@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hippo_core.errors import InvalidArgument
+from hippo_core.neutralise import Neutraliser
 from hippo_core.utc import utc
 from hippo_gateway.domain import disclosure, validation
 from hippo_gateway.domain.audit_events import context_event, influence_event
@@ -57,7 +58,6 @@ from hippo_gateway.domain.models import (
     Zone,
     ZoneKind,
 )
-from hippo_gateway.domain.neutralise import Neutraliser
 from hippo_gateway.domain.ports import Sessions, Tokenizer
 
 DEFAULT_BUDGET = 2048

@@ -37,3 +37,10 @@ class GrpcTokenCounter:
             return int(reply.tokens) - 1
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    async def special_tokens(self) -> list[str]:
+        """The serving model's added tokens (injection Info): merge prompts are
+        neutralised against every one of them."""
+        async with calling("injection"):
+            reply = await self._stub.Info(injection_pb2.InfoRequest(), timeout=self._timeout)
+        return list(reply.special_tokens)

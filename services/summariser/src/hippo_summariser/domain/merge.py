@@ -36,15 +36,16 @@ import dataclasses
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from hippo_core import backoff
 from hippo_core.errors import HippoError
+from hippo_core.neutralise import Neutraliser
 from hippo_summariser import metrics
-from hippo_summariser.domain import trimming
+from hippo_summariser.domain import prompt, trimming
 from hippo_summariser.domain.audit import AuditQueue
 from hippo_summariser.domain.models import Claim, MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
@@ -95,7 +96,12 @@ class Merger:
         *,
         outbox: AuditQueue | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
+        special_tokens: Callable[[], Awaitable[Sequence[str]]] | None = None,
     ) -> None:
+        # The serving model's added tokens (injection Info), asked once: merge prompts
+        # are neutralised against all of them. None: Gemma's control tokens only.
+        self._special_tokens = special_tokens
+        self._neutraliser: Neutraliser | None = None if special_tokens else prompt.GEMMA
         self._store = store
         self._counter = counter
         self._llm = llm
@@ -333,6 +339,15 @@ class Merger:
         tokens = {t.seq: n for t, n in zip(turns, counts, strict=True)}
         await asyncio.to_thread(self._store.set_tokens, session.key, tokens, now_us())
 
+    async def _prompt_guard(self) -> Neutraliser:
+        """The neutraliser for the serving model's token list; fetched on first use (a
+        HippoError while the injection service is down fails the merge, retried later,
+        as the LLM call would)."""
+        if self._neutraliser is None:
+            assert self._special_tokens is not None
+            self._neutraliser = Neutraliser(await self._special_tokens())
+        return self._neutraliser
+
     async def _merge_next(self, session: Session) -> bool:
         """Merge the next batch of dropped exchanges; False when there is nothing to do."""
         cfg = self._config
@@ -345,8 +360,14 @@ class Merger:
         async with self._slots:
             self._busy.add(session.key)
             try:
+                neutraliser = await self._prompt_guard()
                 outcome = await summarise(
-                    session.summary, turns, self._llm, self._counter, cfg.summary
+                    session.summary,
+                    turns,
+                    self._llm,
+                    self._counter,
+                    cfg.summary,
+                    neutraliser.neutralise,
                 )
             finally:
                 self._busy.discard(session.key)

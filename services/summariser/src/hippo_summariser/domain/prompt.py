@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hippo_core.neutralise import Neutraliser
 from hippo_core.utc import utc
 from hippo_summariser.domain.facts import REPAIR, sentences
 from hippo_summariser.domain.models import Role, WindowTurn
@@ -47,8 +48,14 @@ NO_SUMMARY = "none yet."
 # runs on into a new example.
 STOP = ("\n", "<end_of_turn>", "Summary:", "New lines")
 _LABEL = {Role.USER: "User", Role.ASSISTANT: "Assistant", Role.SYSTEM: "System", Role.TOOL: "Tool"}
-# Gemma's control tokens: in a turn's text they would be read as real turn boundaries.
+# Gemma's control tokens, stripped from the model's answers. Stored text in a prompt is
+# neutralised against the serving model's whole list (`build`); this short list is the
+# default until that list is known.
 _CONTROL = re.compile(r"</?(?:start_of_turn|end_of_turn|bos|eos|pad|unk|mask)>", re.I)
+GEMMA = Neutraliser(
+    ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<unk>", "<mask>"]
+)
+Neutralise = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -105,15 +112,15 @@ def day(time_us: int) -> str:
     return f"{when.day} {when:%B %Y}"
 
 
-def _line(turn: WindowTurn, max_chars: int) -> str:
-    text = _CONTROL.sub(" ", turn.text)
-    text = " ".join(text.split())  # one line per turn: the format is line-based
+def _line(turn: WindowTurn, max_chars: int, neutralise: Neutralise) -> str:
+    text = " ".join(turn.text.split())  # one line per turn: the format is line-based
     if len(text) > max_chars:
         text = text[: max(1, max_chars - 1)].rstrip() + "…"
-    return f"{label(turn)}: {text}"
+    speaker = " ".join(label(turn).split())
+    return f"{neutralise(speaker)}: {neutralise(text)}"
 
 
-def _blocks(turns: Sequence[WindowTurn], max_chars: int) -> list[str]:
+def _blocks(turns: Sequence[WindowTurn], max_chars: int, neutralise: Neutralise) -> list[str]:
     """'New lines (8 May 2023):' headers, one per run of turns on the same day."""
     out: list[str] = []
     current: str | None = None
@@ -122,7 +129,7 @@ def _blocks(turns: Sequence[WindowTurn], max_chars: int) -> list[str]:
         if date != current:
             out.append(f"New lines ({date}):" if date else "New lines:")
             current = date
-        out.append(_line(turn, max_chars))
+        out.append(_line(turn, max_chars, neutralise))
     return out
 
 
@@ -141,9 +148,13 @@ def build(
     must: Sequence[str] = (),
     style: str = "rewrite",
     max_chars_per_turn: int = 2000,
+    neutralise: Neutralise = GEMMA.neutralise,
 ) -> tuple[str, str]:
     """(prompt, prefill): the prompt ends with "Note:" plus the prefill, which the caller
-    puts in front of the model's continuation (extend style; empty for rewrite)."""
+    puts in front of the model's continuation (extend style; empty for rewrite).
+    `neutralise` breaks the serving model's control-token strings in every stored text
+    (turns, speakers, the summary, the facts listed): the prompt is sent as one string,
+    and a turn saying "<start_of_turn>" would otherwise be read as one."""
     strict = bool(must)
     parts = [INTRO if style == "rewrite" else INTRO_EXTEND, ""]
     for ex in EXAMPLES:
@@ -153,15 +164,17 @@ def build(
             note = f"{ex.summary} {ex.note}"
         parts += _case(ex.summary, lines, ex.must if strict else None, note)
         parts.append("")
-    listed = ", ".join(must) if strict else None
-    parts += _case(summary, _blocks(turns, max_chars_per_turn), listed, None)
+    listed = neutralise(", ".join(must)) if strict else None
+    parts += _case(
+        neutralise(summary), _blocks(turns, max_chars_per_turn, neutralise), listed, None
+    )
     prompt = "\n".join(parts)
     prefill = ""
     if style == "extend" and turns:
         # Starting the note with the first new speaker's name steers a base model to
         # retell the new lines rather than copy the summary above them.
         prefill = label(turns[0])
-        prompt += " " + prefill
+        prompt += " " + neutralise(prefill)
     return prompt, prefill
 
 

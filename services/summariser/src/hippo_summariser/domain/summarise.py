@@ -58,9 +58,15 @@ async def _attempt(
     sources: facts.Index,
     llm: Llm,
     config: SummaryConfig,
+    neutralise: prompt.Neutralise,
 ) -> _Attempt:
     text, _ = prompt.build(
-        summary, turns, must=must, style=config.style, max_chars_per_turn=config.max_chars_per_turn
+        summary,
+        turns,
+        must=must,
+        style=config.style,
+        max_chars_per_turn=config.max_chars_per_turn,
+        neutralise=neutralise,
     )
     try:
         done = await llm.complete(text, max_new_tokens=config.summary_tokens, stop=prompt.STOP)
@@ -141,9 +147,11 @@ async def summarise(
     llm: Llm,
     counter: TokenCounter,
     config: SummaryConfig,
+    neutralise: prompt.Neutralise = prompt.GEMMA.neutralise,
 ) -> MergeOutcome:
     """Merge `turns` (whole exchanges, oldest first) into `summary`. Raises LlmUnavailable
-    (or the counter's HippoError) when it cannot finish now; nothing is stored here."""
+    (or the counter's HippoError) when it cannot finish now; nothing is stored here.
+    `neutralise` guards the prompt against the serving model's control tokens."""
     required = facts.extract_all((t.text, prompt.label(t)) for t in turns)
     known = {(f.kind, f.key) for f in required}
     carried = [f for f in facts.extract(summary) if (f.kind, f.key) not in known]
@@ -156,13 +164,13 @@ async def summarise(
             ]
         )
     )
-    first = await _attempt(summary, turns, (), carried, sources, llm, config)
+    first = await _attempt(summary, turns, (), carried, sources, llm, config, neutralise)
     calls, invented = 1, first.invented
     kept_llm = facts.kept_count(required, first.prose)
     best = first.prose
     if kept_llm < len(required) and config.strict_retry:
         must = [f.text for f in required][:MAX_MUST]
-        second = await _attempt(summary, turns, must, carried, sources, llm, config)
+        second = await _attempt(summary, turns, must, carried, sources, llm, config, neutralise)
         calls, invented = 2, invented + second.invented
         metrics.REPAIRS.labels("strict_retry").inc()
         if facts.kept_count(required, second.prose) > kept_llm:

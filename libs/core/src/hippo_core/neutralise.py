@@ -13,7 +13,11 @@ word joiner (U+2060) after it. The text reads the same to a person and to the mo
 no added token can match any more (none contains those characters, which the constructor
 checks) and the quoting's own tags stay the only ones.
 
-Why here, in the gateway, on every piece of text before it is counted and rendered, and
+Used wherever Hippo renders stored or caller text into a prompt: the gateway's contexts
+(BuildContext, Chat) and the summariser's merge prompts, each with the serving model's
+whole added-token list (injection `Info.special_tokens`).
+
+Why in the gateway, on every piece of text before it is counted and rendered, and
 not only where the injection service turns the prompt into ids: the prompt leaves the
 gateway as one string (Chat streams `BuiltContext.prompt` to any TGI-compatible server,
 whose tokenizer must parse the format's own control tokens in that string, and
