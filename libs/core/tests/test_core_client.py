@@ -12,7 +12,7 @@ from core_harness import Harness, start
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client
 from hippo_core import context as request_context
-from hippo_core.errors import InvalidArgument, Unavailable
+from hippo_core.errors import InvalidArgument, ResourceExhausted, Unavailable
 from hippo_core.settings import ClientSettings, ServiceSettings
 
 
@@ -100,6 +100,26 @@ async def test_retries_only_unavailable(
             )
     assert caught.value.code() == code
     assert harness.servicer.calls == calls
+
+
+async def test_a_peers_retry_info_travels_on_to_the_caller(harness: Harness) -> None:
+    """A busy peer's RESOURCE_EXHAUSTED keeps its RetryInfo delay and reason through
+    `calling`, so the service in the middle passes on the peer's hint, not a guess."""
+
+    async def busy(request, context):  # type: ignore[no-untyped-def]
+        raise ResourceExhausted("queue full", reason="QUEUE_FULL", retry_after=1.5)
+
+    harness.servicer.behaviour = busy
+    async with client.channel(harness.addr) as channel:
+        with pytest.raises(ResourceExhausted) as caught:
+            async with client.calling("embedding"):
+                await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+                    embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
+                )
+    assert caught.value.retry_after == pytest.approx(1.5)
+    assert caught.value.reason == "QUEUE_FULL"
+    assert caught.value.message.startswith("embedding: queue full")
+    assert harness.servicer.calls == 1  # not retried by the channel
 
 
 async def test_retry_recovers_after_transient_unavailable(harness: Harness) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from hippo_core import context as request_context
 from hippo_core.errors import InvalidArgument, ResourceExhausted
 from hippo_embedding.domain.batcher import MicroBatcher
 from hippo_embedding.domain.cache import VectorCache, key
@@ -131,6 +132,37 @@ async def test_full_queue_is_refused_not_buffered() -> None:
         with pytest.raises(ResourceExhausted, match="max_queued_texts=4"):
             await batcher.embed(["e"])
         await first
+    finally:
+        await batcher.close()
+
+
+async def test_a_call_whose_deadline_the_queue_would_outlast_is_refused_at_once() -> None:
+    """With its rate measured (~25 ms a text here), a queue of 40 texts needs ~1 s: a
+    call with 0.3 s left is refused at once with a RetryInfo of about the queue's drain
+    time, one with 5 s left is admitted, and a call with nothing queued ahead always is."""
+    encoder = CountingEncoder(delay=0.2)  # 0.2 s per call of 8 texts
+    batcher = MicroBatcher(encoder.encode, max_batch=8, max_queued=1000)
+    batcher.start()
+
+    async def with_deadline(seconds: float, texts: list[str]) -> np.ndarray:
+        request_context.deadline.set(time.monotonic() + seconds)
+        return await batcher.embed(texts)
+
+    try:
+        await batcher.embed([f"w{i}" for i in range(8)])  # measures: 25 ms a text
+        assert batcher.expected_wait(8) == pytest.approx(0.2, rel=0.3)
+        await asyncio.wait_for(with_deadline(0.01, ["lone"]), 5)  # nothing ahead: admitted
+        backlog = asyncio.ensure_future(batcher.embed([f"q{i}" for i in range(40)]))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(ResourceExhausted) as refused:
+            await asyncio.create_task(with_deadline(0.3, ["late"]))
+        assert time.monotonic() - started < 0.1  # refused now, not at the deadline
+        assert refused.value.reason == "QUEUE_WAIT_EXCEEDS_DEADLINE"
+        assert 0.4 < (refused.value.retry_after or 0) <= 5.0
+        admitted = await asyncio.create_task(with_deadline(5.0, ["patient"]))
+        assert admitted.shape == (1, 8)
+        await backlog
     finally:
         await batcher.close()
 

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
 
 from hippo_core import context as request_context
 from hippo_core import errors, metrics, tls, tracing
@@ -229,10 +231,43 @@ def peer_error(exc: grpc.aio.AioRpcError, peer: str) -> errors.HippoError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         field, _, problem = details.partition(": ")
         return errors.InvalidArgument(field, problem or details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # The peer's own RetryInfo travels on: the caller learns how long the busy
+        # service wants it to wait, not a guess made here.
+        retry_after, reason = _overload_details(exc)
+        return errors.ResourceExhausted(
+            f"{peer}: {details}" if details else f"{peer} is overloaded",
+            reason=reason,
+            retry_after=retry_after,
+        )
     kind = _PASS_THROUGH.get(code)
     if kind is not None:
         return kind(f"{peer}: {details}" if details else f"{peer} is {code.name.lower()}")
     return errors.Internal(f"{peer} failed ({code.name})")
+
+
+def _overload_details(exc: grpc.aio.AioRpcError) -> tuple[float, str | None]:
+    """(RetryInfo's delay in seconds, ErrorInfo's reason) of a RESOURCE_EXHAUSTED reply;
+    0.1 s and no reason when the peer sent none (or sent something unreadable)."""
+    retry_after, reason = 0.1, None
+    raw = dict(exc.trailing_metadata() or ()).get("grpc-status-details-bin")
+    if not isinstance(raw, bytes):
+        return retry_after, reason
+    status = status_pb2.Status()
+    try:
+        status.ParseFromString(raw)
+    except DecodeError:
+        return retry_after, reason
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            retry_after = max(0.001, info.retry_delay.ToNanoseconds() / 1e9)
+        elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            error_info = error_details_pb2.ErrorInfo()
+            detail.Unpack(error_info)
+            reason = error_info.reason or None
+    return retry_after, reason
 
 
 @contextlib.asynccontextmanager

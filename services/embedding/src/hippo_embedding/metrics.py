@@ -29,6 +29,12 @@ DROPPED = Counter(
     "Texts removed from the queue unencoded because their caller gave up (deadline, cancel).",
 )
 QUEUED = Gauge("hippo_embedding_queue_texts", "Texts waiting for the model now.")
+REJECTED = Counter(
+    "hippo_embedding_rejected_total",
+    "Embed calls refused with RESOURCE_EXHAUSTED, by reason (queue_full: max_queued_texts; "
+    "deadline: the queue ahead would outlast the caller's deadline).",
+    ["reason"],
+)
 CACHE_ENTRIES = Gauge("hippo_embedding_cache_entries", "Vectors held in the LRU cache.")
 
 # Known label values start at zero: a series born at its first event is first scraped

@@ -52,7 +52,8 @@ class EmbeddingSettings(ServiceSettings):
         4096,
         ge=1,
         description="Texts waiting for the model at most; beyond it Embed answers "
-        "RESOURCE_EXHAUSTED instead of queueing without bound.",
+        "RESOURCE_EXHAUSTED with RetryInfo instead of queueing without bound (a call whose "
+        "deadline the queue ahead would outlast is refused the same way: docs/embedding.md).",
     )
     cache_entries: int = Field(
         20_000, ge=0, description="Vectors kept in the LRU cache (0 disables it); ~1.6 KB each."

@@ -7,6 +7,14 @@ so the event loop keeps serving while the model computes. Requests that arrive d
 model call join the next one: batching grows with load without delaying a lone request
 (`wait_s` can add a deliberate wait). A caller that gives up (deadline, cancel) cancels
 its futures; jobs not yet started are dropped, so abandoned work stops at the next job.
+
+Admission (backpressure): the worker measures its own rate (an EWMA of seconds per text
+over full model calls), so a request knows how long the texts queued ahead of it will
+take. When that wait is longer than what is left of the caller's deadline, or the queue
+is at `max_queued` texts, it is refused at once with RESOURCE_EXHAUSTED and a RetryInfo
+of about the time the queue needs to drain, instead of queueing work that would run into
+its deadline (the caller would wait the whole deadline, then retry into a longer queue).
+A request with nothing queued ahead of it is always admitted.
 """
 
 from __future__ import annotations
@@ -20,9 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hippo_core import context as request_context
 from hippo_core.errors import ResourceExhausted, Unavailable
 from hippo_embedding import metrics
 from hippo_embedding.domain.encoder import Vectors
+
+EWMA_ALPHA = 0.2
+# RetryInfo bounds: long enough to matter, short enough that a drained queue is refilled.
+MIN_RETRY_AFTER_S = 0.05
+MAX_RETRY_AFTER_S = 5.0
 
 
 @dataclass
@@ -50,6 +64,37 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
+        # Seconds per text, measured (EWMA); None until the first model call.
+        self._per_text: float | None = None
+
+    def expected_wait(self, extra: int = 0) -> float:
+        """Seconds until `extra` more texts queued now would be done (0: not measured)."""
+        if self._per_text is None:
+            return 0.0
+        return (self._queued_texts + extra) * self._per_text
+
+    def _admit(self, count: int) -> None:
+        retry_after = min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, self.expected_wait()))
+        if self._queued_texts + count > self._max_queued:
+            metrics.REJECTED.labels("queue_full").inc()
+            raise ResourceExhausted(
+                f"encoder queue full: {self._queued_texts} texts waiting "
+                f"(max_queued_texts={self._max_queued}); retry with backoff",
+                reason="QUEUE_FULL",
+                retry_after=retry_after,
+            )
+        remaining = request_context.time_remaining()
+        if remaining is None or self._queued_texts == 0:
+            return
+        wait = self.expected_wait(count)
+        if wait > remaining:
+            metrics.REJECTED.labels("deadline").inc()
+            raise ResourceExhausted(
+                f"encoder busy: {self._queued_texts} texts ahead need ~{wait:.2f}s, the "
+                f"call has {max(0.0, remaining):.2f}s left; retry after the hint",
+                reason="QUEUE_WAIT_EXCEEDS_DEADLINE",
+                retry_after=retry_after,
+            )
 
     def start(self) -> None:
         self._worker = asyncio.create_task(self._run(), name="micro-batcher")
@@ -68,12 +113,7 @@ class MicroBatcher:
         """Vectors for `texts`, in order, computed in one or more shared model calls."""
         if self._closed or self._worker is None:
             raise Unavailable("the encoder is not running")
-        if self._queued_texts + len(texts) > self._max_queued:
-            raise ResourceExhausted(
-                f"encoder queue full: {self._queued_texts} texts waiting "
-                f"(max_queued_texts={self._max_queued}); retry with backoff",
-                reason="QUEUE_FULL",
-            )
+        self._admit(len(texts))
         loop = asyncio.get_running_loop()
         jobs = [
             _Job(texts[i : i + self._max_batch], loop.create_future())
@@ -89,6 +129,15 @@ class MicroBatcher:
                 job.future.cancel()
             raise
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _measured(self, seconds: float, texts: int) -> None:
+        # Calls of several texts only, once there is a figure: a queue is worked off in
+        # full calls, and a lone short text (mostly fixed cost) would overstate its time.
+        if self._per_text is not None and texts < min(8, self._max_batch):
+            return
+        sample = seconds / max(1, texts)
+        old = self._per_text
+        self._per_text = sample if old is None else old + EWMA_ALPHA * (sample - old)
 
     def _queued(self, delta: int) -> None:
         self._queued_texts += delta
@@ -130,7 +179,9 @@ class MicroBatcher:
                             job.future.set_exception(exc)
                     continue
                 finally:
-                    metrics.FORWARD_SECONDS.observe(time.perf_counter() - started)
+                    took = time.perf_counter() - started
+                    metrics.FORWARD_SECONDS.observe(took)
+                self._measured(took, len(texts))
                 metrics.TEXTS.labels("model").inc(len(texts))
                 offset = 0
                 for job in batch:
