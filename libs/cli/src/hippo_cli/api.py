@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_cli.settings import CliSettings
@@ -49,6 +50,37 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except grpc.aio.AioRpcError as exc:
         click.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
         sys.exit(2)
+
+
+def status_details(exc: grpc.aio.AioRpcError) -> list[Any]:
+    """The google.rpc error details (RetryInfo, QuotaFailure, ErrorInfo...) a failed call
+    carried in its `grpc-status-details-bin` trailer, unpacked; [] when it carried none."""
+    raw = next(
+        (v for k, v in (exc.trailing_metadata() or ()) if k == "grpc-status-details-bin"), None
+    )
+    if not isinstance(raw, bytes):
+        return []
+    status = status_pb2.Status()
+    try:
+        status.ParseFromString(raw)
+    except Exception:  # a peer that is not Hippo may put anything there; it is only advice
+        return []
+    out: list[Any] = []
+    for detail in status.details:
+        for kind in (error_details_pb2.RetryInfo, error_details_pb2.QuotaFailure):
+            if detail.Is(kind.DESCRIPTOR):
+                message = kind()
+                detail.Unpack(message)
+                out.append(message)
+    return out
+
+
+def retry_after(exc: grpc.aio.AioRpcError) -> float | None:
+    """Seconds the server asked the caller to wait (google.rpc.RetryInfo), or None."""
+    for detail in status_details(exc):
+        if isinstance(detail, error_details_pb2.RetryInfo):
+            return float(detail.retry_delay.ToNanoseconds()) / 1e9
+    return None
 
 
 def iso(ts: Any) -> str:

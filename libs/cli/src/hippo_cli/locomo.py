@@ -3,9 +3,13 @@ the recall benchmark.
 
 A file is a list of samples: `conversation` holds speaker_a, speaker_b, session_<n> (turns
 {speaker, dia_id "D<n>:<i>", text, optional img_url / blip_caption}) and
-session_<n>_date_time ("1:56 pm on 8 May, 2023"); `qa` holds questions with `evidence`
-(dia_ids) and a `category` (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
-5 adversarial).
+session_<n>_date_time ("1:56 pm on 8 May, 2023", or another unambiguous spelling that
+`hippo_cli.dates` reads); `qa` holds questions with `evidence` (dia_ids) and a `category`
+(1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
+
+`load` reads and checks the whole file before returning, so a caller that sends nothing
+until it returns never applies half of a bad file. Problems raise `FileError`, whose
+message names the file, the conversation, the field and the value.
 """
 
 from __future__ import annotations
@@ -17,9 +21,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hippo_cli import dates
+
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SESSION = re.compile(r"^session_(\d+)$")
 _DIA = re.compile(r"^D(\d+):(\d+)$")
+# The Memory API's identifier rule (scope ids, client ids): checked here so a file the
+# gateway would refuse half-way through is refused before anything is sent.
+ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
+class FileError(ValueError):
+    """A LoCoMo file that cannot be loaded; the message is for the person who wrote it."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +64,9 @@ class Conversation:
 
 
 def parse_date(text: str) -> datetime:
-    """'1:56 pm on 8 May, 2023' -> that minute, taken as UTC (the data has no zone)."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    """'1:56 pm on 8 May, 2023' (or ISO 8601, '08.05.2023, 13:56', '8 May 2023', ...: see
+    `hippo_cli.dates`) -> that moment in UTC; a value without a zone is taken as UTC."""
+    return dates.parse(text)
 
 
 def repair_evidence(raw: list[Any], known: set[str]) -> tuple[str, ...]:
@@ -69,45 +84,95 @@ def repair_evidence(raw: list[Any], known: set[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _conversation(sample: dict[str, Any]) -> Conversation:
+def _turn_time(conv: dict[str, Any], n: int, where: str) -> int:
+    field = f"session_{n}_date_time"
+    if field not in conv:
+        raise FileError(f"{where}: {field} is missing (session_{n} has turns)")
+    try:
+        when = parse_date(conv[field])
+    except ValueError as exc:
+        raise FileError(f"{where}: {field}: cannot read the date: {exc}") from None
+    if when < _EPOCH:  # the API refuses turn times before the Unix epoch
+        raise FileError(f"{where}: {field}: {conv[field]!r} is before 1970-01-01 (UTC)")
+    return int(when.timestamp()) * 1_000_000
+
+
+def _text(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise FileError(f"{where}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _conversation(sample: Any, path: Path, index: int) -> Conversation:
+    if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+        raise FileError(f"{path}: sample [{index}]: expected an object with a 'conversation'")
+    sample_id = str(sample.get("sample_id", ""))
+    where = f"{path}: conversation {sample_id or f'[{index}]'}"
+    if not ID.fullmatch(sample_id):
+        raise FileError(f"{where}: sample_id must be 1..128 of [A-Za-z0-9._:@-], got {sample_id!r}")
     conv = sample["conversation"]
+    speaker_a = _text(conv, "speaker_a", where)
+    speaker_b = _text(conv, "speaker_b", where)
     sessions = sorted(int(m.group(1)) for key in conv if (m := _SESSION.match(key)) and conv[key])
     turns: list[Turn] = []
+    seen: set[str] = set()
     for n in sessions:
-        when = parse_date(conv[f"session_{n}_date_time"])
-        time_us = int(when.timestamp()) * 1_000_000
-        for raw in conv[f"session_{n}"]:
+        time_us = _turn_time(conv, n, where)
+        if not isinstance(conv[f"session_{n}"], list):
+            raise FileError(f"{where}: session_{n} must be a list of turns")
+        for i, raw in enumerate(conv[f"session_{n}"]):
+            at = f"{where}: session_{n}[{i}]"
+            if not isinstance(raw, dict):
+                raise FileError(f"{at}: expected a turn object, got {raw!r:.80}")
+            dia_id = _text(raw, "dia_id", at)
+            if not ID.fullmatch(dia_id):
+                raise FileError(f"{at}: dia_id must be 1..128 of [A-Za-z0-9._:@-], got {dia_id!r}")
+            if dia_id in seen:  # it is the turn's client id: a repeat would never be stored
+                raise FileError(f"{at}: dia_id {dia_id!r} appears twice in this conversation")
+            seen.add(dia_id)
             turns.append(
                 Turn(
-                    dia_id=raw["dia_id"],
-                    speaker=raw["speaker"],
-                    text=raw["text"],
+                    dia_id=dia_id,
+                    speaker=_text(raw, "speaker", at),
+                    text=_text(raw, "text", at),
                     caption=str(raw.get("blip_caption") or ""),
                     session=n,
                     time_us=time_us,
                 )
             )
-    known = {t.dia_id for t in turns}
-    questions = tuple(
-        Question(
-            question=q["question"],
-            answer=str(q.get("answer", q.get("adversarial_answer", ""))),
-            evidence=repair_evidence(q.get("evidence", []), known),
-            category=int(q["category"]),
+    try:
+        questions = tuple(
+            Question(
+                question=q["question"],
+                answer=str(q.get("answer", q.get("adversarial_answer", ""))),
+                evidence=repair_evidence(q.get("evidence", []), seen),
+                category=int(q["category"]),
+            )
+            for q in sample.get("qa", [])
         )
-        for q in sample.get("qa", [])
-    )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FileError(f"{where}: qa: a question lacks or misspells {exc}") from None
     return Conversation(
-        sample_id=str(sample["sample_id"]),
-        speaker_a=conv["speaker_a"],
-        speaker_b=conv["speaker_b"],
+        sample_id=sample_id,
+        speaker_a=speaker_a,
+        speaker_b=speaker_b,
         turns=tuple(turns),
         questions=questions,
     )
 
 
 def load(path: Path) -> list[Conversation]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """Every conversation of the file at `path`, all checked; FileError otherwise."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FileError(f"{path}: cannot read it as JSON: {exc}") from None
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a list of LoCoMo samples")
-    return [_conversation(sample) for sample in data]
+        raise FileError(f"{path}: expected a list of LoCoMo samples")
+    out = [_conversation(sample, Path(path), i) for i, sample in enumerate(data)]
+    ids = [c.sample_id for c in out]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise FileError(f"{path}: conversation {twice}: sample_id appears twice")
+    return out

@@ -1,0 +1,269 @@
+"""`hippo replay` without a cluster: the dates it reads, the file checks that run before
+anything is sent, and the loader's retries, adaptive concurrency and progress record
+against an in-process gateway that refuses on cue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import locomo_sample
+import pytest
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
+from hippo_cli import dates, locomo, replay
+from hippo_cli.settings import CliSettings
+
+MAY_8 = datetime(2023, 5, 8, tzinfo=UTC)
+AT_1356 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1:56 pm on 8 May, 2023", AT_1356),  # LoCoMo's own
+        ("1:56pm on 8 May, 2023", AT_1356),
+        ("1:56 p.m. on 8 May, 2023", AT_1356),
+        ("2023-05-08T13:56:00Z", AT_1356),
+        ("2023-05-08T15:56:00+02:00", AT_1356),  # an offset is converted to UTC
+        ("2023-05-08 13:56:00", AT_1356),  # a space for the T, no zone: UTC
+        ("2023-05-08", MAY_8),
+        ("08.05.2023, 13:56:00", AT_1356),
+        ("08.05.2023 13:56", AT_1356),
+        ("8.5.2023", MAY_8),
+        ("2023/05/08", MAY_8),
+        ("8 May 2023", MAY_8),
+        ("8 May 2023, 1:56 PM", AT_1356),
+        ("May 8, 2023", MAY_8),
+        ("May 8, 2023 1:56 pm", AT_1356),
+        ("May 8, 2023 at 13:56", AT_1356),
+        ("Sep 8, 2023", datetime(2023, 9, 8, tzinfo=UTC)),
+    ],
+)
+def test_each_accepted_date_format_reads_as_utc(text: str, expected: datetime) -> None:
+    assert dates.parse(text) == expected
+    assert locomo.parse_date(text) == expected
+
+
+@pytest.mark.parametrize("text", ["08/05/2023", "5/8/23 1:56 pm"])
+def test_slashed_day_month_dates_are_refused_as_ambiguous(text: str) -> None:
+    with pytest.raises(ValueError, match="ambiguous"):
+        dates.parse(text)
+
+
+@pytest.mark.parametrize("text", ["yesterday", "31.02.2023", "", "13:56"])
+def test_unreadable_dates_name_the_accepted_formats(text: str) -> None:
+    with pytest.raises(ValueError, match=re.escape("accepted are e.g. '1:56 pm on 8 May, 2023'")):
+        dates.parse(text)
+
+
+def test_a_bad_date_names_file_conversation_field_and_value(tmp_path: Path) -> None:
+    samples = [locomo_sample.conversation(0), locomo_sample.conversation(1)]
+    samples[1]["conversation"]["session_3_date_time"] = "the third of May"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(samples))
+    with pytest.raises(locomo.FileError) as caught:
+        locomo.load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: conversation conv-1: session_3_date_time: ")
+    assert "'the third of May'" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda s: s["conversation"]["session_2"][0].pop("dia_id"), "session_2[0]: dia_id"),
+        (lambda s: s["conversation"]["session_1"][1].update(dia_id="D1:1"), "appears twice"),
+        (lambda s: s["conversation"].update(session_1_date_time="1 Jan 1960"), "before 1970"),
+        (lambda s: s["conversation"].pop("session_2_date_time"), "session_2_date_time is miss"),
+        (lambda s: s.update(sample_id="has spaces"), "sample_id must be"),
+    ],
+)
+def test_other_file_problems_are_found_before_sending(
+    tmp_path: Path, change: Any, expected: str
+) -> None:
+    sample = locomo_sample.conversation(0)
+    change(sample)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([sample]))
+    with pytest.raises(locomo.FileError, match=re.escape(expected)):
+        locomo.load(path)
+
+
+# --- the loader against a gateway that refuses on cue ---------------------------------
+
+
+def _details(*details: Any) -> bytes:
+    packed = []
+    for d in details:
+        a = any_pb2.Any()
+        a.Pack(d)
+        packed.append(a)
+    status = status_pb2.Status(code=8, message="busy", details=packed)
+    return bytes(status.SerializeToString())
+
+
+def _retry_info(seconds: float) -> error_details_pb2.RetryInfo:
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(int(seconds * 1e9))
+    return error_details_pb2.RetryInfo(retry_delay=delay)
+
+
+class Gateway(memory_pb2_grpc.MemoryServiceServicer):
+    """Stores turns by (user, client id), as the real one does; fails the first calls as
+    `script` says: (code, RetryInfo seconds or None, QuotaFailure?)."""
+
+    def __init__(self, script: list[tuple[grpc.StatusCode, float | None, bool]]) -> None:
+        self.script = list(script)
+        self.stored: dict[tuple[str, str], str] = {}
+        self.refused_at: list[float] = []
+        self.accepted_at: list[float] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def Remember(
+        self, request: memory_pb2.RememberRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.RememberResponse:
+        if self.script:
+            code, hint, quota = self.script.pop(0)
+            self.refused_at.append(time.monotonic())
+            details: list[Any] = [_retry_info(hint)] if hint is not None else []
+            if quota:
+                details.append(error_details_pb2.QuotaFailure())
+            trailer = (("grpc-status-details-bin", _details(*details)),) if details else ()
+            await context.abort(code, "refused on cue", trailing_metadata=trailer)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        self.accepted_at.append(time.monotonic())
+        created = 0
+        for turn in request.turns:
+            key = (request.scope.user_id, turn.client_id)
+            created += key not in self.stored
+            self.stored[key] = turn.text
+        return memory_pb2.RememberResponse(
+            created=created, deduplicated=len(request.turns) - created
+        )
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Any]:
+    servers: list[grpc.aio.Server] = []
+
+    async def start(gateway: Gateway) -> CliSettings:
+        server = grpc.aio.server()
+        memory_pb2_grpc.add_MemoryServiceServicer_to_server(gateway, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+        return CliSettings(gateway_addr=f"127.0.0.1:{port}", timeout_seconds=5)
+
+    yield start
+    for server in servers:
+        await server.stop(None)
+
+
+def _archive(tmp_path: Path, conversations: int = 3) -> list[locomo.Conversation]:
+    return locomo.load(locomo_sample.write(tmp_path / "archive.json", conversations))
+
+
+def _ledger(tmp_path: Path) -> replay.Ledger:
+    return replay.Ledger.open(tmp_path / "progress.json", "fp", restart=False)
+
+
+async def test_retry_info_is_waited_for_and_every_turn_lands_once(
+    serve: Any, tmp_path: Path
+) -> None:
+    """A RESOURCE_EXHAUSTED with RetryInfo is retried no sooner than asked; UNAVAILABLE
+    and DEADLINE_EXCEEDED with backoff; the replay completes with each turn stored once."""
+    busy = (grpc.StatusCode.RESOURCE_EXHAUSTED, 0.3, True)  # a rate quota: hint + quota
+    script = [busy, busy, (grpc.StatusCode.DEADLINE_EXCEEDED, None, False)]
+    gateway = Gateway(script)
+    settings = await serve(gateway)
+    conversations = _archive(tmp_path)
+    run = await replay.replay_all(settings, conversations, _ledger(tmp_path), concurrency=1)
+    total = sum(len(c.turns) for c in conversations)
+    assert len(gateway.stored) == total == run.created and run.deduplicated == 0
+    assert run.retries == 3
+    # With one call in flight, the first acceptance follows the last refusal; the two
+    # 0.3 s hints were both honoured before it.
+    assert gateway.accepted_at[0] - gateway.refused_at[0] >= 0.6
+
+
+async def test_concurrency_halves_on_overload_and_never_exceeds_the_ceiling(
+    serve: Any, tmp_path: Path
+) -> None:
+    busy = (grpc.StatusCode.RESOURCE_EXHAUSTED, 0.05, False)
+    gateway = Gateway([busy] * 4)
+    settings = await serve(gateway)
+    conversations = _archive(tmp_path, conversations=6)
+    run = await replay.replay_all(settings, conversations, _ledger(tmp_path), concurrency=4)
+    assert len(gateway.stored) == run.created == sum(len(c.turns) for c in conversations)
+    assert gateway.most_in_flight <= 4
+
+
+def test_limiter_is_aimd() -> None:
+    async def main() -> None:
+        limiter = replay.Limiter(8)
+        epoch = limiter.epoch
+        for _ in range(5):  # one wave of refusals cuts once
+            limiter.overloaded(epoch)
+        assert limiter.limit == 4
+        limiter.overloaded(limiter.epoch)
+        limiter.overloaded(limiter.epoch)
+        limiter.overloaded(limiter.epoch)
+        assert limiter.limit == 1  # never below one
+        for _ in range(replay.ADD_AFTER * 20):
+            await limiter.succeeded()
+        assert limiter.limit == 8  # grown back one at a time, capped at the ceiling
+
+    asyncio.run(main())
+
+
+async def test_a_quota_waiting_cannot_free_fails_at_once(serve: Any, tmp_path: Path) -> None:
+    """RESOURCE_EXHAUSTED with QuotaFailure and no RetryInfo (max_stored_turns) is final."""
+    gateway = Gateway([(grpc.StatusCode.RESOURCE_EXHAUSTED, None, True)])
+    settings = await serve(gateway)
+    started = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await replay.replay_all(settings, _archive(tmp_path), _ledger(tmp_path), concurrency=1)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert time.monotonic() - started < 2
+
+
+async def test_gives_up_after_the_patience_window(serve: Any, tmp_path: Path) -> None:
+    gateway = Gateway([(grpc.StatusCode.DEADLINE_EXCEEDED, None, False)] * 1000)
+    settings = await serve(gateway)
+    with pytest.raises(replay.GiveUp, match=r"accepted nothing for .* DEADLINE_EXCEEDED"):
+        await replay.replay_all(
+            settings, _archive(tmp_path), _ledger(tmp_path), concurrency=2, patience=1.5
+        )
+
+
+async def test_acknowledged_sessions_are_recorded_and_skipped(serve: Any, tmp_path: Path) -> None:
+    gateway = Gateway([])
+    settings = await serve(gateway)
+    conversations = _archive(tmp_path, conversations=2)
+    ledger = _ledger(tmp_path)
+    ledger.record("conv-0", 1)
+    ledger.record("conv-1", 3)
+    saved = json.loads((tmp_path / "progress.json").read_text())
+    assert saved == {"fingerprint": "fp", "sessions": {"conv-0": [1], "conv-1": [3]}}
+    reopened = _ledger(tmp_path)
+    run = await replay.replay_all(settings, conversations, reopened, concurrency=2)
+    assert run.skipped == 8 and run.sent == run.created == 16
+    assert ("conv-0", "D1:1") not in {(u, c) for u, c in gateway.stored}
+    other_input = replay.Ledger.open(tmp_path / "progress.json", "other", restart=False)
+    assert not other_input.is_done("conv-0", 1)  # its record is for another version
+    restarted = replay.Ledger.open(tmp_path / "progress.json", "fp", restart=True)
+    assert not restarted.is_done("conv-0", 1)
