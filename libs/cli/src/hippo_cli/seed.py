@@ -55,7 +55,12 @@ def split(
 @click.pass_obj
 def seed(settings: CliSettings, file: Path, tenant: str, holdout: int, limit: int) -> None:
     """Replay a LoCoMo-format FILE through the memtok store (the injection service)."""
-    seeded, held = split(locomo.load(file), holdout)
+    try:
+        conversations = locomo.load(file)
+    except locomo.FileError as exc:  # names the file, conversation, field and value
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    seeded, held = split(conversations, holdout)
     work = [(c.sample_id, e) for c in seeded for e in exchanges(c)[: limit or None]]
     totals = {"created": 0, "merged": 0, "evicted": 0}
     started = time.monotonic()
