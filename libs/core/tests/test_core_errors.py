@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import pytest
@@ -126,3 +127,37 @@ async def test_concurrency_limit_answers_resource_exhausted(harness: Harness) ->
         release.set()
         replies = await asyncio.gather(*held)
     assert [r.count for r in replies] == [1, 1]
+
+
+async def test_a_call_that_cannot_finish_in_time_is_refused_at_once(harness: Harness) -> None:
+    """The method's calls take ~0.4 s now: while one is in flight, a call with 0.1 s left
+    is refused at once (RESOURCE_EXHAUSTED, RetryInfo ~ that latency), one with time
+    enough is admitted, and with nothing in flight even a short deadline is served."""
+
+    async def slow(request, context):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.4)
+        return embedding_pb2.EmbedResponse(count=1)
+
+    harness.servicer.behaviour = slow
+    channel, stub = _stub(harness)
+    request = embedding_pb2.EmbedRequest(texts=["x"])
+    async with channel:
+        await stub.Embed(request, timeout=10)  # measures the method's latency
+        held = asyncio.ensure_future(stub.Embed(request, timeout=10))
+        while harness.servicer.calls < 2:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Embed(request, timeout=0.1)
+        assert time.monotonic() - started < 0.09  # refused, not run into its deadline
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "DEADLINE_TOO_SHORT" in str(caught.value.trailing_metadata())
+        assert (await stub.Embed(request, timeout=5)).count == 1  # time enough: admitted
+        await held
+
+        async def quick(request, context):  # type: ignore[no-untyped-def]
+            return embedding_pb2.EmbedResponse(count=2)
+
+        harness.servicer.behaviour = quick
+        alone = await stub.Embed(request, timeout=0.1)  # nothing in flight: never refused
+        assert alone.count == 2

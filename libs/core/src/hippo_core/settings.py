@@ -123,8 +123,10 @@ class ServiceSettings(BaseSettings):
     max_concurrent_rpcs: int = Field(
         64,
         ge=1,
-        description="Calls served at once; the next one gets RESOURCE_EXHAUSTED instead of "
-        "an unbounded queue. Health checks are not counted.",
+        description="Calls served at once; the next one gets RESOURCE_EXHAUSTED (with "
+        "RetryInfo) instead of an unbounded queue, as does a call whose deadline is shorter "
+        "than its method's recent latency while others are in flight. Health checks are not "
+        "counted.",
     )
     max_message_bytes: int = Field(
         4 * MIB,

@@ -201,14 +201,32 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
 
 class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
-    """At most `limit` calls in flight; the next gets RESOURCE_EXHAUSTED, not a queue.
+    """Admission: at most `limit` calls in flight, and no call that would not finish in
+    time. The next call over the limit, or one whose remaining deadline is shorter than
+    the method's recent latency (an EWMA of calls that completed) while other calls are
+    in flight, gets RESOURCE_EXHAUSTED with a RetryInfo of about that latency at once,
+    instead of a queue. Work that would run into its deadline is refused before it costs
+    anything, so under overload the CPU goes to calls that can still succeed (goodput)
+    and callers back off for as long as the server says. A call with nothing else in
+    flight is always admitted: an idle server never refuses.
 
     Sits inside ErrorInterceptor so the refusal is mapped like any domain error.
     """
 
+    EWMA_ALPHA = 0.1
+    RETRY_MIN_S, RETRY_MAX_S = 0.05, 5.0
+
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._inflight = 0
+        self._latency: dict[str, float] = {}  # method -> EWMA seconds of completed calls
+
+    def _retry_after(self, method: str) -> float:
+        return min(self.RETRY_MAX_S, max(self.RETRY_MIN_S, self._latency.get(method, 0.0)))
+
+    def _completed(self, method: str, seconds: float) -> None:
+        old = self._latency.get(method)
+        self._latency[method] = seconds if old is None else old + self.EWMA_ALPHA * (seconds - old)
 
     async def intercept_service(
         self, continuation: Continuation, details: grpc.HandlerCallDetails
@@ -218,40 +236,61 @@ class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
             return handler
         service, method = metrics.split_method(details.method)
         gauge = metrics.SERVER_INFLIGHT.labels(service)
+        full = details.method
 
-        def admit() -> None:
+        def admit(context: grpc.aio.ServicerContext) -> float:
             if self._inflight >= self._limit:
                 metrics.SERVER_REJECTED.labels(service, method).inc()
                 raise ResourceExhausted(
                     f"server busy: {self._inflight} calls in flight "
                     f"(max_concurrent_rpcs={self._limit}); retry with backoff",
                     reason="SERVER_BUSY",
+                    retry_after=self._retry_after(full),
+                )
+            expected = self._latency.get(full)
+            remaining = context.time_remaining()
+            late = expected is not None and remaining is not None and remaining < expected
+            if self._inflight and late:
+                metrics.SERVER_REJECTED.labels(service, method).inc()
+                raise ResourceExhausted(
+                    f"server busy: calls take ~{expected:.3f}s now and this one has "
+                    f"{max(0.0, remaining or 0.0):.3f}s left; retry after the hint",
+                    reason="DEADLINE_TOO_SHORT",
+                    retry_after=self._retry_after(full),
                 )
             self._inflight += 1
             gauge.inc()
+            return time.perf_counter()
 
-        def release() -> None:
+        def release(started: float, ok: bool) -> None:
             self._inflight -= 1
             gauge.dec()
+            if ok:
+                self._completed(full, time.perf_counter() - started)
 
         def unary(behavior: Unary) -> Unary:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                admit()
+                started = admit(context)
+                ok = False
                 try:
-                    return await behavior(request, context)
+                    result = await behavior(request, context)
+                    ok = True
+                    return result
                 finally:
-                    release()
+                    release(started, ok)
 
             return call
 
         def streaming(behavior: Streaming) -> Streaming:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                admit()
+                started = admit(context)
+                ok = False
                 try:
                     async for item in behavior(request, context):
                         yield item
+                    ok = True
                 finally:
-                    release()
+                    release(started, ok)
 
             return call
 
