@@ -76,6 +76,8 @@ def server(model_dir: Path) -> Iterator[ServiceProcess]:
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),
         # One running + one waiting: the third concurrent request is refused.
         "HIPPO_INJECTION_MAX_WAITING": "1",
+        # Three background requests may wait besides (test_injection_priority.py).
+        "HIPPO_INJECTION_MAX_WAITING_BACKGROUND": "3",
         # No memtok store in this process (its tests run the store in process).
         "HIPPO_INJECTION_EMBEDDING_ADDR": "",
     }

@@ -167,7 +167,9 @@ async def test_queue_runs_one_request_at_a_time_then_refuses() -> None:
     second = asyncio.create_task(hold("second"))
     await asyncio.sleep(0.01)
     assert queue.waiting == 1 and order == ["first"]
-    with pytest.raises(ResourceExhausted, match=r"1 requests waiting \(max_waiting=1\)"):
+    with pytest.raises(
+        ResourceExhausted, match=r"1 interactive requests waiting \(max_waiting=1\)"
+    ):
         async with queue.lease():
             pass
     release.set()

@@ -83,7 +83,7 @@ def open_memtok(settings: InjectionSettings, engine, queue: ModelQueue):  # type
 def build(settings: InjectionSettings) -> Service:
     """The injection service for `Runner`; the model loads during warm-up."""
     servicer = InjectionServicer(settings)
-    queue = ModelQueue(settings.max_waiting)
+    queue = ModelQueue(settings.max_waiting, settings.max_waiting_background)
     schedulers: list[Any] = []  # the memtok store's timers, when it has one
     http = TgiHttpApi(
         servicer._domain,

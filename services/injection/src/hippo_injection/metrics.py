@@ -7,11 +7,16 @@ from prometheus_client import Counter, Gauge, Histogram
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 QUEUE_DEPTH = Gauge(
-    "hippo_injection_queue_depth", "Requests waiting for the model (the one running excluded)."
+    "hippo_injection_queue_depth",
+    "Requests waiting for the model (the one running excluded), by priority class "
+    "(interactive, background: the summariser's merges).",
+    ["priority"],
 )
 REJECTED = Counter(
     "hippo_injection_rejected",
-    "Requests refused with RESOURCE_EXHAUSTED because the model's wait list was full.",
+    "Requests refused with RESOURCE_EXHAUSTED because their class's wait list was full, "
+    "by priority class.",
+    ["priority"],
 )
 TIME_TO_FIRST_TOKEN = Histogram(
     "hippo_injection_time_to_first_token_seconds",
@@ -51,3 +56,6 @@ for _label in ("prefill", "decode"):
     FORWARD_SECONDS.labels(_label)
 for _label in ("length", "eos_token", "stop_sequence"):
     GENERATED_TOKENS.labels(_label)
+for _label in ("interactive", "background"):  # domain.queue.Priority's values
+    QUEUE_DEPTH.labels(_label)
+    REJECTED.labels(_label)

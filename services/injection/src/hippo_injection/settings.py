@@ -54,8 +54,20 @@ class InjectionSettings(ServiceSettings):
         16,
         ge=0,
         le=10_000,
-        description="Requests that may wait for the model while one runs; the next one gets "
-        "RESOURCE_EXHAUSTED. One request holds the model from its first to its last token.",
+        description="Interactive requests (Chat, anything not marked background) that may "
+        "wait for the model while one runs; the next one gets RESOURCE_EXHAUSTED. One "
+        "request holds the model from its first to its last token; interactive waiters go "
+        "before background ones.",
+    )
+    max_waiting_background: int = Field(
+        64,
+        ge=0,
+        le=10_000,
+        description="Background requests (marked `X-Hippo-Priority: background`: the "
+        "summariser's merges) that may wait; the next one gets RESOURCE_EXHAUSTED and the "
+        "merge backs off. A separate bound, so a merge backlog never refuses an interactive "
+        "request. Keep it at least max_concurrent_merges x summariser replicas: merges "
+        "refused here only retry later.",
     )
     context_length: int = Field(
         4096,

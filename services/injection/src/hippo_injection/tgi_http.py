@@ -11,12 +11,18 @@ Under TLS the API is HTTPS and requires a client certificate from the CA; the ro
 that generate answer only the services allowed to (their certificate's identity, as
 for gRPC: hippo_core.server.authz), anyone else gets 403. /health and /info stay open
 to any verified caller.
+
+Priority: a request with `X-Hippo-Priority: background` (the summariser's merges) waits
+behind every other one for the model (domain/queue.py); any other value, or none, is
+interactive. The header can only lower a caller's own priority, so it is honoured as sent,
+under TLS too. A 429 carries Retry-After (whole seconds, from the queue's estimate).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -27,9 +33,16 @@ from aiohttp import web
 
 from hippo_core import context as request_context
 from hippo_core import tls, tracing
-from hippo_core.errors import Code, DeadlineExceeded, HippoError, InvalidArgument
+from hippo_core.errors import (
+    Code,
+    DeadlineExceeded,
+    HippoError,
+    InvalidArgument,
+    ResourceExhausted,
+)
 from hippo_core.settings import TlsSettings
 from hippo_injection import tgi_convert
+from hippo_injection.domain import queue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import Generated, Token
 
@@ -43,12 +56,18 @@ _STATUS = {
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN = ("/health", "/info")  # to any verified caller, as gRPC health and reflection are
+PRIORITY_HEADER = "X-Hippo-Priority"
 
 
 def _error_reply(exc: Exception) -> web.Response:
     if isinstance(exc, HippoError):
         status, kind = _STATUS.get(exc.code, (424, "generation"))
-        return web.json_response(tgi_convert.error(exc.message, kind), status=status)
+        headers = {}
+        if isinstance(exc, ResourceExhausted) and exc.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return web.json_response(
+            tgi_convert.error(exc.message, kind), status=status, headers=headers
+        )
     log.exception("http_internal_error")
     return web.json_response(
         tgi_convert.error("Request failed during generation", "generation"), status=424
@@ -129,6 +148,9 @@ class TgiHttpApi:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         request_context.deadline.set(time.monotonic() + self._timeout)
+        # Set on every request, never left from the last: keep-alive requests of one
+        # connection may share a task (and so its context).
+        queue.priority.set(queue.parse_priority(request.headers.get(PRIORITY_HEADER)))
         try:
             async with asyncio.timeout(self._timeout):
                 return await handler(request)
