@@ -52,6 +52,7 @@ class TgiDouble:
         self.port = reserve_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's HTTP headers
         self.respond: Callable[[str], str] = echo
         self.released = threading.Event()
         self.released.set()
@@ -86,6 +87,7 @@ class TgiDouble:
 
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.headers.append(dict(request.headers))
         self.requests.append(body)
         self.received.set()
         while not self.released.is_set():

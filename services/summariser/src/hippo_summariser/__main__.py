@@ -58,6 +58,7 @@ def merge_config(settings: SummariserSettings) -> MergeConfig:
         backoff_max_seconds=settings.backoff_max_seconds,
         drain_seconds=settings.drain_seconds,
         claim_lease_seconds=settings.claim_lease_seconds,
+        pause_seconds=settings.merge_pause_seconds,
     )
 
 
@@ -111,6 +112,8 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         )
         channels.append(injection)
         counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
+        # Merges' counts are background work at the injection host, as their LLM calls.
+        merge_counter = GrpcTokenCounter(injection, settings.count_timeout_seconds, background=True)
         llm = TgiLlm(
             settings.llm_url,
             settings.llm_timeout_seconds,
@@ -147,12 +150,12 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
             log.warning("merges_not_audited", reason="HIPPO_SUMMARISER_AUDIT_ADDR is empty")
         merger = Merger(
             store,
-            counter,
+            merge_counter,
             llm,
             merge_config(settings),
             observer or NoObserver(),
             outbox=outbox,
-            special_tokens=counter.special_tokens,
+            special_tokens=merge_counter.special_tokens,
         )
         mergers.append(merger)
         service = SummariserService(

@@ -112,6 +112,18 @@ class SummariserSettings(ServiceSettings):
         description="Merges calling the LLM at once, over all sessions (each session's merges "
         "run one at a time, in order). The local host runs one request at a time anyway.",
     )
+    merge_pause_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=3600,
+        description="Least pause between two merge LLM calls of this replica (after one "
+        "ends, before the next starts), on top of max_concurrent_merges. Merges share the "
+        "model host with Chat: they are sent as background work, so Chat goes first, and "
+        "the pause leaves the host a gap between merges and keeps a backlog or a failing "
+        "LLM from sending back-to-back requests. A slot uses about call / (call + pause) "
+        "of the host: a pause near the mean merge call halves it, at the cost of a slower "
+        "catch-up after a bulk load. 0: no pause.",
+    )
     llm_timeout_seconds: float = Field(
         120.0,
         gt=0,

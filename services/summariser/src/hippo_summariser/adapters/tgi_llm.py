@@ -6,13 +6,17 @@ TLS the injection host's API requires the summariser's. By default it talks to t
 injection host's TGI-compatible endpoint, and any TGI server works the same way. Every
 call has a deadline twice over: aiohttp's timeout and an asyncio timeout around it
 (aiohttp's covers the HTTP exchange, ours also covers its session set-up).
+
+Every call is marked `X-Hippo-Priority: background`: nobody waits for a merge, so the
+injection host serves Chat first (docs/injection.md#priorities). Other TGI servers ignore
+the header.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -41,6 +45,9 @@ _TRANSIENT = (
 )
 
 
+BACKGROUND = {"X-Hippo-Priority": "background"}
+
+
 @dataclass(frozen=True)
 class Generation:
     """Generation parameters (greedy by default: a summary should be reproducible)."""
@@ -54,9 +61,15 @@ class Generation:
 
 class TgiLlm:
     def __init__(
-        self, url: str, timeout: float, generation: Generation, tls: ssl.SSLContext | None = None
+        self,
+        url: str,
+        timeout: float,
+        generation: Generation,
+        tls: ssl.SSLContext | None = None,
+        headers: Mapping[str, str] = BACKGROUND,
     ) -> None:
         self._url = url
+        self._headers = dict(headers)
         self._timeout = timeout
         self._generation = generation
         self._tls = tls  # None: the system's CAs, no client certificate
@@ -66,7 +79,12 @@ class TgiLlm:
         request = Request(inputs=prompt, stream=False, parameters=parameters)
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(self._timeout)) as session,
-            session.post(self._url, json=request.model_dump(), ssl=self._tls or True) as resp,
+            session.post(
+                self._url,
+                json=request.model_dump(),
+                headers=self._headers,
+                ssl=self._tls or True,
+            ) as resp,
         ):
             payload = await resp.json()
             if resp.status != 200:

@@ -4,6 +4,9 @@ The serving model's own tokenizer, over gRPC: the gateway counts its prompts the
 way, so the summariser's window and the gateway's budget agree to the token. (Loading the
 same tokenizer.json here would save ~1 ms of transport per turn but cost ~370 MB and 2 s
 to load, and tie this service to the injection host's model cache on disk.)
+
+The merge worker's counter marks its calls `x-hippo-priority: background`, like its LLM
+calls; Append's counts stay interactive.
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ import grpc
 from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo_core.client import calling
 
+BACKGROUND = (("x-hippo-priority", "background"),)
+
 
 class GrpcTokenCounter:
-    def __init__(self, channel: grpc.aio.Channel, timeout: float, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        timeout: float,
+        concurrency: int = 8,
+        *,
+        background: bool = False,
+    ) -> None:
         self._stub = injection_pb2_grpc.InjectionServiceStub(channel)
         self._timeout = timeout
         self._concurrency = concurrency
+        self._metadata = BACKGROUND if background else ()
 
     async def count(self, texts: Sequence[str]) -> list[int]:
         # One call per text (CountTokens counts one text), a few in flight at once.
@@ -30,7 +43,9 @@ class GrpcTokenCounter:
         async def one(text: str) -> int:
             async with gate, calling("injection"):
                 reply = await self._stub.CountTokens(
-                    injection_pb2.CountTokensRequest(text=text), timeout=self._timeout
+                    injection_pb2.CountTokensRequest(text=text),
+                    timeout=self._timeout,
+                    metadata=self._metadata,
                 )
             # CountTokens includes the <bos> every prompt starts with; a turn's line
             # inside a prompt does not carry one.
@@ -42,5 +57,7 @@ class GrpcTokenCounter:
         """The serving model's added tokens (injection Info): merge prompts are
         neutralised against every one of them."""
         async with calling("injection"):
-            reply = await self._stub.Info(injection_pb2.InfoRequest(), timeout=self._timeout)
+            reply = await self._stub.Info(
+                injection_pb2.InfoRequest(), timeout=self._timeout, metadata=self._metadata
+            )
         return list(reply.special_tokens)

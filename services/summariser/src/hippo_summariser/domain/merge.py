@@ -23,6 +23,16 @@ window until the transaction that stores the merged summary also moves them out.
 process killed mid-merge leaves the window as it was; `resume` at start-up schedules
 every session still over budget that nobody holds, and the sweep the ones it held.
 
+Pacing: the LLM is the model host's (by default the injection service's one CPU model,
+which Chat shares). Merges mark their calls background, so Chat goes first there; here
+each replica leaves at least `pause_seconds` between the end of one merge LLM call and
+the start of the next (and between two starts), on top of `max_concurrent`. With a
+backlog of hundreds of sessions the host then gets a moment between merges instead of
+back-to-back requests, and failing calls cannot hammer it; the share of the host a slot
+can take is about call / (call + pause), so a pause near the mean call time halves it.
+Idle, a replica only wakes for the claim sweep (every half lease) and its audit outbox's
+poll (every 5 s): one query each, no busy loop.
+
 Tasks start in a fresh contextvars context: the inbound call that scheduled them has a
 deadline, and outbound calls made on its behalf would otherwise inherit it.
 """
@@ -49,6 +59,7 @@ from hippo_summariser.domain import prompt, trimming
 from hippo_summariser.domain.audit import AuditQueue
 from hippo_summariser.domain.models import Claim, MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
+    Completion,
     Llm,
     LlmUnavailable,
     MergeObserver,
@@ -73,6 +84,31 @@ class MergeConfig:
     backoff_max_seconds: float = 60.0
     drain_seconds: float = 3.0
     claim_lease_seconds: float = 30.0
+    pause_seconds: float = 0.0  # settings.merge_pause_seconds (0.5 s by default) sets it
+
+
+class PacedLlm:
+    """The merge LLM with `pause` seconds between calls of this replica (module doc)."""
+
+    def __init__(self, llm: Llm, pause: float) -> None:
+        self._llm = llm
+        self._pause = pause
+        self._gate = asyncio.Lock()  # one caller at a time waits for its turn to start
+        self._next = 0.0  # time.monotonic() before which no call starts
+
+    async def complete(
+        self, prompt: str, *, max_new_tokens: int, stop: Sequence[str]
+    ) -> Completion:
+        async with self._gate:
+            # Again after each sleep: a call that ended meanwhile moved the time on. (A
+            # deadline, not an event: ASYNC110's Event would need a timer anyway.)
+            while (wait := self._next - time.monotonic()) > 0:  # noqa: ASYNC110
+                await asyncio.sleep(wait)
+            self._next = time.monotonic() + self._pause
+        try:
+            return await self._llm.complete(prompt, max_new_tokens=max_new_tokens, stop=stop)
+        finally:
+            self._next = max(self._next, time.monotonic() + self._pause)
 
 
 def now_us() -> int:
@@ -104,7 +140,7 @@ class Merger:
         self._neutraliser: Neutraliser | None = None if special_tokens else prompt.GEMMA
         self._store = store
         self._counter = counter
-        self._llm = llm
+        self._llm: Llm = PacedLlm(llm, config.pause_seconds) if config.pause_seconds else llm
         self._config = config
         self._observer = observer or NoObserver()
         self._outbox = outbox  # None: merges are not recorded (no audit service)
