@@ -304,9 +304,12 @@ def llm_host(d: Layout) -> None:
     d.row("LLM host")
     d.panel(
         "Queue depth",
-        "Requests waiting for the model (the one running excluded).",
+        "Requests waiting for the model (the one running excluded), by priority class: "
+        "interactive (Chat) goes first, background (summary merges) when none waits; "
+        "refused = RESOURCE_EXHAUSTED / s at a class's wait bound.",
         "short",
-        ("sum (hippo_injection_queue_depth)", "waiting"),
+        ("sum by (priority) (hippo_injection_queue_depth)", "{{priority}}"),
+        (rate("hippo_injection_rejected_total", "priority"), "refused {{priority}}"),
     )
     ttft = "hippo_injection_time_to_first_token_seconds"
     d.panel(
@@ -387,6 +390,15 @@ def summariser(d: Layout) -> None:
         # max, not sum: in cluster mode every replica reports the shared store's total.
         ("max (hippo_summariser_sessions)", "held"),
         ("sum (hippo_summariser_merges_pending)", "merge pending"),
+    )
+    d.panel(
+        "Merge backlog",
+        "Sessions waiting for a merge (scheduled, running or retrying), all replicas. "
+        "It rises after a bulk load and should fall back; above 50 for 15 minutes "
+        "HippoMergeBacklogHigh fires (docs/operations.md).",
+        "short",
+        ("sum (hippo_summariser_merges_pending)", "backlog"),
+        (rate("hippo_summariser_merges_total", selector='result="committed"'), "merged / s"),
     )
     d.panel(
         "Turns appended / s",

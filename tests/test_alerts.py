@@ -57,6 +57,7 @@ def test_promtool_unit_tests() -> None:
         "HippoApiLatencyHigh",
         "HippoIndexLag",
         "HippoMergeLagHigh",
+        "HippoMergeBacklogHigh",
         "HippoAuditCheckpointStale",
     } <= tested
 
