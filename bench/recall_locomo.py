@@ -31,7 +31,7 @@ from typing import Any
 from hippo.memory.v1 import memory_pb2
 from hippo_cli import api, locomo
 from hippo_cli.cluster import local_cluster
-from hippo_cli.replay import replay_all
+from hippo_cli.replay import Ledger, replay_all
 from hippo_cli.settings import CliSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,10 @@ async def measure(settings: CliSettings, data: Path, top_k: int) -> dict[str, An
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"  # never collides with an earlier run's users
     turns = sum(len(c.turns) for c in conversations)
     started = time.perf_counter()
-    created, _ = await replay_all(settings, conversations, user_prefix=prefix)
+    with tempfile.TemporaryDirectory() as tmp:  # a fresh run: no progress to resume
+        ledger = Ledger.open(Path(tmp) / "progress.json", prefix, restart=True)
+        run = await replay_all(settings, conversations, ledger, user_prefix=prefix)
+    created = run.created
     ingest_s = time.perf_counter() - started
     await asyncio.sleep(1.5)  # acknowledged writes are searchable within about a second
     results: dict[str, Any] = {}

@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 from hippo_core.errors import ResourceExhausted
 from hippo_injection.domain.memtok.store import MemtokStore
-from hippo_injection.domain.queue import ModelQueue
+from hippo_injection.domain.queue import ModelQueue, Priority
+from hippo_injection.domain.queue import priority as queue_priority
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class MemtokScheduler:
 
     async def _loop(self, name: str, action: Callable[[], object], quiet: bool = False) -> None:
         every = self._every[name]
+        # Upkeep is background work: nobody waits for it, so it yields the model to any
+        # interactive request (this task's own context: the edges never set it here).
+        queue_priority.set(Priority.BACKGROUND)
         while True:
             await asyncio.sleep(every)
             try:
