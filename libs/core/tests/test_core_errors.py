@@ -7,12 +7,13 @@ import time
 
 import grpc
 import pytest
-from core_harness import Harness
+from core_harness import Harness, start
 from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import REGISTRY
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.errors import InvalidArgument, NotFound
+from hippo_core.settings import ServiceSettings
 
 
 def _stub(h: Harness) -> tuple[grpc.aio.Channel, embedding_pb2_grpc.EmbeddingServiceStub]:
@@ -161,3 +162,36 @@ async def test_a_call_that_cannot_finish_in_time_is_refused_at_once(harness: Har
         harness.servicer.behaviour = quick
         alone = await stub.Embed(request, timeout=0.1)  # nothing in flight: never refused
         assert alone.count == 2
+
+
+async def test_one_method_over_its_own_bound_is_refused_while_others_are_served() -> None:
+    """max_concurrent_per_method=2: a third Embed in flight is refused at once with a
+    RetryInfo (reason SERVER_BUSY), while another method (Info) is still served."""
+    h = await start(ServiceSettings(grace_seconds=1.0, max_concurrent_per_method=2))
+    release = asyncio.Event()
+
+    async def slow(request, context):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return embedding_pb2.EmbedResponse(count=1)
+
+    h.servicer.behaviour = slow
+    channel, stub = _stub(h)
+    try:
+        async with channel:
+            request = embedding_pb2.EmbedRequest(texts=["x"])
+            held = [asyncio.ensure_future(stub.Embed(request, timeout=10)) for _ in range(2)]
+            while h.servicer.calls < 2:
+                await asyncio.sleep(0.01)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Embed(request, timeout=5)
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "max_concurrent_per_method=2" in (caught.value.details() or "")
+            raw = dict(caught.value.trailing_metadata() or ())["grpc-status-details-bin"]
+            details = status_pb2.Status.FromString(raw).details
+            assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in details)
+            info = await stub.Info(embedding_pb2.InfoRequest(), timeout=5)
+            assert info.model == "scripted"
+            release.set()
+            assert [r.count for r in await asyncio.gather(*held)] == [1, 1]
+    finally:
+        await h.runner.stop()

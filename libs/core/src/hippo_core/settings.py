@@ -128,6 +128,14 @@ class ServiceSettings(BaseSettings):
         "than its method's recent latency while others are in flight. Health checks are not "
         "counted.",
     )
+    max_concurrent_per_method: int = Field(
+        0,
+        ge=0,
+        description="Calls of one method served at once (0: only max_concurrent_rpcs "
+        "bounds them); the next gets RESOURCE_EXHAUSTED with RetryInfo. Internal services "
+        "leave it off (their queues admit by deadline); the gateway, where overload "
+        "enters, bounds it (see its own default).",
+    )
     max_message_bytes: int = Field(
         4 * MIB,
         ge=64 * 1024,

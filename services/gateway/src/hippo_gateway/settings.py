@@ -59,6 +59,16 @@ class GatewaySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIPPO_GATEWAY_")
 
     port: int = Field(50051, ge=0, le=65535, description="gRPC port (0 picks a free one).")
+    max_concurrent_per_method: int = Field(
+        16,
+        ge=0,
+        description="Calls of one public RPC served at once by this replica; the next gets "
+        "RESOURCE_EXHAUSTED with RetryInfo. Throughput saturates at a few calls in flight "
+        "per core (2 cores: ~8 Recalls) and calls beyond that only queue, their latency "
+        "growing until deadlines pass and the work is wasted; bounded, overload is refused "
+        "at once and goodput stays at capacity (bench/load.py). Raise it with the cores "
+        "behind a replica; 0 leaves only max_concurrent_rpcs.",
+    )
     metrics_port: int = Field(
         9101, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 picks a free one)."
     )

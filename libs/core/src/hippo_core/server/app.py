@@ -95,7 +95,7 @@ class Runner:
                 tracing.server_interceptor(),
                 ErrorInterceptor(),
                 *([CallerInterceptor(svc.callers or {})] if checked else []),
-                ConcurrencyLimitInterceptor(s.max_concurrent_rpcs),
+                ConcurrencyLimitInterceptor(s.max_concurrent_rpcs, s.max_concurrent_per_method),
             ],
             options=[
                 ("grpc.max_send_message_length", s.max_message_bytes),
