@@ -134,3 +134,26 @@ async def test_blocking_channel_counts_calls_and_carries_the_trace(harness: Harn
     mine = [s for s in spans if s.context.trace_id == root.context.trace_id]
     kinds = {s.kind for s in mine if "Embed" in s.name}
     assert kinds == {SpanKind.CLIENT, SpanKind.SERVER}
+
+
+async def test_health_checks_get_no_spans_and_calls_do(harness: Harness) -> None:
+    """Probes every few seconds per pod would drown request traces: a health check makes
+    no span, on the server or through a Hippo channel, while an RPC makes both."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def answer(request, context):  # type: ignore[no-untyped-def]
+        return embedding_pb2.EmbedResponse(count=1)
+
+    harness.servicer.behaviour = answer
+    async with client.channel(harness.addr) as channel:
+        await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
+            embedding_pb2.EmbedRequest(texts=["a"]), timeout=5
+        )
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert not [n for n in names if "grpc.health" in n], names
+    kinds = {s.kind for s in exporter.get_finished_spans() if "Embed" in s.name}
+    assert kinds == {SpanKind.SERVER, SpanKind.CLIENT}
