@@ -15,6 +15,7 @@ from hippo_injection.domain.queue import ModelQueue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import GenerateRequest, Prompt
 from hippo_injection.domain.validation import Limits
+from hippo_injection.openai_http import OpenAiHttpApi
 from hippo_injection.servicer import InjectionServicer
 from hippo_injection.settings import InjectionSettings
 from hippo_injection.tgi_http import TgiHttpApi
@@ -38,7 +39,8 @@ CALLERS = callers(
         "ForgetUser": {"gateway"},
     },
 )
-# The TGI HTTP API (/generate): the gateway's Chat and the summariser's merges.
+# The HTTP APIs (TGI's /generate, OpenAI's /v1/completions and /v1/chat/completions):
+# the gateway's Chat and the summariser's merges.
 HTTP_CALLERS = frozenset({"gateway", "summariser", OPERATOR})
 VERSION = "0.1.0"
 
@@ -91,6 +93,7 @@ def build(settings: InjectionSettings) -> Service:
         settings.grace_seconds,
         settings.max_waiting,
         VERSION,
+        extra=[OpenAiHttpApi(servicer._domain)],
     )
 
     def register(server: grpc.aio.Server) -> None:

@@ -4,8 +4,10 @@ Routes: POST / (TGI's compat route: a list for plain calls, SSE when `stream` is
 which is what `text_generation.Client.generate` posts to), POST /generate,
 POST /generate_stream (server-sent events), GET /info, GET /health. Errors are TGI's
 ErrorResponse with its status codes: 422 validation, 429 overloaded, 503 not ready,
-504 deadline, 424 anything else. A client that disconnects cancels its handler
-(`handler_cancellation`), which stops generation and removes the request's hooks.
+504 deadline, 424 anything else. The same app serves the OpenAI-compatible routes under
+/v1 (openai_http.py, passed in as `extra`), with their own error shape. A client that
+disconnects cancels its handler (`handler_cancellation`), which stops generation and
+removes the request's hooks.
 
 Under TLS the API is HTTPS and requires a client certificate from the CA; the routes
 that generate answer only the services allowed to (their certificate's identity, as
@@ -24,9 +26,9 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -38,6 +40,7 @@ from hippo_core.errors import (
     DeadlineExceeded,
     HippoError,
     InvalidArgument,
+    PermissionDenied,
     ResourceExhausted,
 )
 from hippo_core.settings import TlsSettings
@@ -50,6 +53,7 @@ log = structlog.stdlib.get_logger("hippo.injection.http")
 
 _STATUS = {
     Code.INVALID_ARGUMENT: (422, "validation"),
+    Code.PERMISSION_DENIED: (403, "permission"),
     Code.RESOURCE_EXHAUSTED: (429, "overloaded"),
     Code.UNAVAILABLE: (503, "unhealthy"),
     Code.DEADLINE_EXCEEDED: (504, "generation"),
@@ -57,6 +61,18 @@ _STATUS = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN = ("/health", "/info")  # to any verified caller, as gRPC health and reflection are
 PRIORITY_HEADER = "X-Hippo-Priority"
+
+
+class Routes(Protocol):
+    """More routes on this app (the OpenAI-compatible API, openai_http.py): the same
+    callers, priority and deadline, their own error shape for paths under `prefix`."""
+
+    prefix: str
+    open: tuple[str, ...]  # paths any verified caller may read
+
+    def add_routes(self, app: web.Application) -> None: ...
+
+    def error_reply(self, exc: Exception) -> web.Response: ...
 
 
 def _error_reply(exc: Exception) -> web.Response:
@@ -82,12 +98,15 @@ class TgiHttpApi:
         grace: float,
         max_waiting: int,
         version: str,
+        extra: Sequence[Routes] = (),
     ) -> None:
         self._service = service  # raises UNAVAILABLE until warm-up has loaded the model
         self._timeout = timeout
         self._grace = grace
         self._max_waiting = max_waiting
         self._version = version
+        self._extra = tuple(extra)
+        self._open = OPEN + tuple(path for routes in self._extra for path in routes.open)
         self._runner: web.AppRunner | None = None
         self._tls: tls.HttpServerTls | None = None
         self._callers: frozenset[str] = frozenset()
@@ -100,7 +119,15 @@ class TgiHttpApi:
         app.router.add_post("/generate_stream", self.generate_stream)
         app.router.add_get("/info", self.info)
         app.router.add_get("/health", self.health)
+        for routes in self._extra:
+            routes.add_routes(app)
         return app
+
+    def _reply(self, request: web.Request, exc: Exception) -> web.Response:
+        for routes in self._extra:
+            if request.path.startswith(routes.prefix + "/"):
+                return routes.error_reply(exc)
+        return _error_reply(exc)
 
     async def start(
         self,
@@ -133,10 +160,9 @@ class TgiHttpApi:
         self._tls.reload_if_changed()  # for the connections after this one
         transport = request.transport
         who = tls.peer_identity(transport.get_extra_info("peercert") if transport else None)
-        if request.path not in OPEN and who not in self._callers:
+        if request.path not in self._open and who not in self._callers:
             caller = who or "a caller without a Hippo identity"
-            message = f"{caller} may not call {request.path}"
-            return web.json_response(tgi_convert.error(message, "permission"), status=403)
+            return self._reply(request, PermissionDenied(f"{caller} may not call {request.path}"))
         return await handler(request)
 
     @web.middleware
@@ -160,11 +186,11 @@ class TgiHttpApi:
             started = request.get("stream")
             if started is not None:  # headers already sent: the stream just ends
                 return started  # type: ignore[no-any-return]
-            return _error_reply(
-                DeadlineExceeded("the request's deadline passed; generation stopped")
+            return self._reply(
+                request, DeadlineExceeded("the request's deadline passed; generation stopped")
             )
         except Exception as exc:  # the one place HTTP errors are mapped
-            return _error_reply(exc)
+            return self._reply(request, exc)
 
     async def _body(self, request: web.Request) -> Any:
         try:
