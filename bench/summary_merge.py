@@ -13,12 +13,21 @@ TGI-compatible API. Then waits for the last merge (Flush) and reports, per merge
   whose replies take longer than a merge); `--pace burst` sends turns back to back and
   shows the backlog (merges then take up to MERGE_INPUT_TOKENS of turns at a time).
 
+`--mode` compares the merge modes (docs/sessions.md#merge-modes): `llm` (the styles
+above), `extractive` (no LLM), or `both`. The LLM arm is slow on a CPU, so it replays the
+first `--llm-turns` turns; the extractive arm replays `--turns` (0 = the whole
+conversation) and, with `both`, the LLM arm's turns too, for a like-for-like row. Each
+row also says how much of the QA evidence the final context still holds: a question's
+evidence turn is held when it is still in the window, or when its facts (numbers and
+names, as bench/context_cost.py judges them) are all in the summary; "merged evidence"
+counts only the evidence turns that were merged into the summary.
+
 Also measures what a token count costs: CountTokens over gRPC per turn vs loading the
 same tokenizer.json in-process (load time, RSS, per-turn time).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--turns 200] \
-        [--styles rewrite,extend] [--pace flush|burst] [--window 1024] [--summary 256] \
-        [--json out.json] [--show-summary]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/summary_merge.py [--mode both] \
+        [--turns 0] [--llm-turns 80] [--styles rewrite,extend] [--pace flush|burst] \
+        [--window 1024] [--summary 256] [--json out.json] [--show-summary]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from context_cost import facts as evidence_facts  # bench/ is the script's directory
 
 from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo.memory.v1 import memory_pb2
@@ -87,10 +97,46 @@ def merged_events(proc: ServiceProcess) -> list[dict[str, Any]]:
     return events
 
 
+def evidence(
+    conversation: locomo.Conversation, replayed: int, state: pb.GetSessionResponse
+) -> dict[str, float]:
+    """Share of the QA evidence (questions whose evidence turns were all replayed) the
+    final context holds: in the window verbatim, or its facts all in the summary."""
+    turns = {t.dia_id: t for t in conversation.turns[:replayed]}
+    window = {t.memory_id.split(":", 1)[1] for t in state.window}
+    summary = evidence_facts(state.summary)
+
+    def in_summary(dia_id: str) -> bool:
+        found = evidence_facts(turns[dia_id].text)
+        return bool(found) and found <= summary
+
+    held: list[float] = []
+    merged: list[float] = []
+    for q in conversation.questions:
+        if not q.evidence or not all(e in turns for e in q.evidence):
+            continue
+        held.append(statistics.fmean(e in window or in_summary(e) for e in q.evidence))
+        gone = [e for e in q.evidence if e not in window]
+        if gone:
+            merged.append(statistics.fmean(in_summary(e) for e in gone))
+    return {
+        "questions": len(held),
+        "evidence_in_context": statistics.fmean(held) if held else float("nan"),
+        "merged_questions": len(merged),
+        "merged_evidence_in_summary": statistics.fmean(merged) if merged else float("nan"),
+    }
+
+
 def replay(
-    style: str, turns: list[pb.SessionTurn], injection: ServiceProcess, http: str, args: Any
+    mode: str,
+    style: str,
+    turns: list[pb.SessionTurn],
+    injection: ServiceProcess,
+    http: str,
+    args: Any,
 ) -> dict[str, Any]:
-    data = Path(tempfile.mkdtemp(prefix=f"summary-bench-{style}-"))
+    name = f"{mode}-{style}-{len(turns)}" if mode == "llm" else f"{mode}-{len(turns)}"
+    data = Path(tempfile.mkdtemp(prefix=f"summary-bench-{name}-"))
     env = {
         "HIPPO_SUMMARISER_DATA_DIR": str(data),
         "HIPPO_SUMMARISER_INJECTION_ADDR": injection.addr,
@@ -98,12 +144,13 @@ def replay(
         "HIPPO_SUMMARISER_WINDOW_TOKENS": str(args.window),
         "HIPPO_SUMMARISER_SUMMARY_TOKENS": str(args.summary),
         "HIPPO_SUMMARISER_MERGE_STYLE": style,
+        "HIPPO_SUMMARISER_MERGE_MODE": mode,
         "HIPPO_SUMMARISER_LLM_TIMEOUT_SECONDS": "600",
     }
     with service_process("hippo_summariser", "HIPPO_SUMMARISER_", env) as proc:
         wait_for(proc.addr, "hippo.summariser.v1.SummariserService", timeout=60)
         stub = summariser_pb2_grpc.SummariserServiceStub(grpc.insecure_channel(proc.addr))
-        scope = {"tenant": "bench", "user_id": "u", "session_id": style}
+        scope = {"tenant": "bench", "user_id": "u", "session_id": name}
         append_ms: list[float] = []
         overshoot: list[int] = []
         started = time.perf_counter()
@@ -120,7 +167,7 @@ def replay(
             overshoot.append(state.window_tokens)
             if (i + 1) % 20 == 0:
                 print(
-                    f"  [{style}] {i + 1}/{len(turns)} turns, {state.merge_stats.merges} merges, "
+                    f"  [{name}] {i + 1}/{len(turns)} turns, {state.merge_stats.merges} merges, "
                     f"window {state.window_tokens} tokens",
                     flush=True,
                 )
@@ -131,7 +178,8 @@ def replay(
     stats = state.merge_stats
     seconds = [float(e["seconds"]) for e in events]
     return {
-        "style": style,
+        "mode": mode,
+        "style": style if mode == "llm" else "-",
         "turns": len(turns),
         "merges": stats.merges,
         "turns_merged": stats.turns_merged,
@@ -157,6 +205,7 @@ def replay(
         "append_ms_p50": pct(append_ms, 0.5),
         "append_ms_p90": pct(append_ms, 0.9),
         "replay_seconds": replay_s,
+        **evidence(args.conversation, len(turns), state),
     }
 
 
@@ -204,8 +253,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--sample", type=int, default=0, help="which conversation")
-    parser.add_argument("--turns", type=int, default=200, help="turns replayed (0 = all)")
-    parser.add_argument("--styles", default="rewrite,extend")
+    parser.add_argument(
+        "--mode", choices=["llm", "extractive", "both"], default="both", help="merge modes"
+    )
+    parser.add_argument(
+        "--turns", type=int, default=0, help="turns the extractive arm replays (0 = all)"
+    )
+    parser.add_argument(
+        "--llm-turns", type=int, default=80, help="turns the LLM arm replays (0 = all)"
+    )
+    parser.add_argument("--styles", default="rewrite,extend", help="LLM arm's merge styles")
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--summary", type=int, default=256)
     parser.add_argument(
@@ -220,24 +277,38 @@ def main() -> int:
     args = parser.parse_args()
 
     conversation = locomo.load(args.data)[args.sample]
-    turns = turns_of(conversation, args.turns or len(conversation.turns))
+    args.conversation = conversation
+    every = len(conversation.turns)
+    arms: list[tuple[str, str, int]] = []  # (mode, style, turns)
+    llm_turns = min(args.llm_turns or every, every)
+    if args.mode in ("llm", "both"):
+        arms += [("llm", style, llm_turns) for style in args.styles.split(",")]
+    if args.mode in ("extractive", "both"):
+        sizes = [min(args.turns or every, every)]
+        if args.mode == "both" and llm_turns not in sizes:
+            sizes.insert(0, llm_turns)
+        arms += [("extractive", "rewrite", n) for n in sizes]
+    turns = turns_of(conversation, max(n for _, _, n in arms))
     http_port = reserve_port()
     env = {
         "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
         "HIPPO_INJECTION_HTTP_PORT": str(http_port),
     }
     print(
-        f"LoCoMo {conversation.sample_id}: {len(turns)} turns, window {args.window}, "
-        f"summary {args.summary} tokens, pace {args.pace}",
+        f"LoCoMo {conversation.sample_id}: {len(turns)} of {every} turns, window "
+        f"{args.window}, summary {args.summary} tokens, pace {args.pace}; arms: "
+        + ", ".join(f"{m}{'/' + s if m == 'llm' else ''} x{n}" for m, s, n in arms),
         flush=True,
     )
-    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    results: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items() if k != "conversation"}
+    }
     with service_process("hippo_injection", "HIPPO_INJECTION_", env) as injection:
         wait_for(injection.addr, "hippo.injection.v1.InjectionService", timeout=300)
         results["count_cost"] = count_cost(injection, turns)
         results["runs"] = [
-            replay(style, turns, injection, f"http://127.0.0.1:{http_port}", args)
-            for style in args.styles.split(",")
+            replay(mode, style, turns[:n], injection, f"http://127.0.0.1:{http_port}", args)
+            for mode, style, n in arms
         ]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2))
@@ -251,23 +322,27 @@ def main() -> int:
         f"per-turn counts sum to the joined window's: {bool(c['window_sum_equals_joined'])}\n"
     )
     header = (
-        "| style | merges | merge s p50 / p90 / max | LLM calls/merge | facts | retention "
-        "before → after | invented sentences removed | summary tokens | window max | "
-        "Append ms p50 |"
+        "| mode | style | turns | merges | merge s p50 / p90 / max | LLM calls/merge | facts "
+        "| retention before → after | invented sentences removed | summary tokens | window "
+        "max | evidence in context (questions) | merged evidence in summary (questions) | "
+        "Append ms p50 | replay s |"
     )
     print(header)
-    print("|---" * 10 + "|")
+    print("|---" * 15 + "|")
     for r in results["runs"]:
         print(
-            f"| {r['style']} | {r['merges']} | {r['merge_seconds_p50']:.1f} / "
-            f"{r['merge_seconds_p90']:.1f} / {r['merge_seconds_max']:.1f} | "
-            f"{r['llm_calls_per_merge']:.2f} | {r['facts']} | {r['retention_llm']:.1%} → "
-            f"{r['retention_final']:.1%} | {r['invented_sentences_removed']:.0f} | "
-            f"{r['summary_tokens']} | {r['window_tokens_max']} | {r['append_ms_p50']:.1f} |"
+            f"| {r['mode']} | {r['style']} | {r['turns']} | {r['merges']} | "
+            f"{r['merge_seconds_p50']:.3f} / {r['merge_seconds_p90']:.3f} / "
+            f"{r['merge_seconds_max']:.3f} | {r['llm_calls_per_merge']:.2f} | {r['facts']} | "
+            f"{r['retention_llm']:.1%} → {r['retention_final']:.1%} | "
+            f"{r['invented_sentences_removed']:.0f} | {r['summary_tokens']} | "
+            f"{r['window_tokens_max']} | {r['evidence_in_context']:.1%} ({r['questions']}) | "
+            f"{r['merged_evidence_in_summary']:.1%} ({r['merged_questions']}) | "
+            f"{r['append_ms_p50']:.1f} | {r['replay_seconds']:.0f} |"
         )
     if args.show_summary:
         for r in results["runs"]:
-            print(f"\n[{r['style']}] summary:\n{r['summary']}")
+            print(f"\n[{r['mode']} {r['style']} x{r['turns']}] summary:\n{r['summary']}")
     print(f"\n(json: {args.json})")
     return 0
 

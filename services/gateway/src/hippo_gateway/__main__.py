@@ -28,6 +28,7 @@ from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.ports import Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
+from hippo_gateway.openai_api import OpenAiApi
 from hippo_gateway.servicer import MemoryServicer
 from hippo_gateway.settings import GatewaySettings, TenantQuotaSettings
 
@@ -108,6 +109,14 @@ def build(settings: GatewaySettings) -> Service:
         )
     limits = quotas(settings)
     servicer = MemoryServicer(auth, limits)
+    openai_api = OpenAiApi(
+        auth,
+        limits,
+        settings.openai_default_session,
+        settings.openai_timeout_seconds,
+        settings.grace_seconds,
+        settings.max_message_bytes,
+    )
     channels: list[grpc.aio.Channel] = []
     recorders: list[AuditRecorder] = []
     databases: list[Database] = []
@@ -116,6 +125,9 @@ def build(settings: GatewaySettings) -> Service:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
 
     async def warmup() -> None:
+        if settings.openai_port:  # first, so it answers 503 while the peers are reached
+            await openai_api.start(settings.host, settings.openai_port, settings.tls)
+
         # Channels are made here, inside the server's event loop (aio channels bind to it).
         # Peers get messages as large as our own callers may send (a full Remember is
         # 64 turns of 32 KiB: over gRPC's 1 MiB default).
@@ -179,6 +191,7 @@ def build(settings: GatewaySettings) -> Service:
         )
         servicer.context = builder
         servicer.service = memory
+        openai_api.chat = servicer.chat
 
     async def close() -> None:
         # What is still spooled is delivered after a restart (or, in cluster mode, by
@@ -190,7 +203,7 @@ def build(settings: GatewaySettings) -> Service:
         for channel in channels:
             await channel.close()
 
-    return Service("gateway", [FULL_NAME], register, warmup, close)
+    return Service("gateway", [FULL_NAME], register, warmup, close, drain=openai_api.stop)
 
 
 def main() -> None:

@@ -96,6 +96,28 @@ class GatewaySettings(ServiceSettings):
         "turn store (between reads it counts its own writes): replicas together may "
         "overshoot max_stored_turns by what they accept in this interval.",
     )
+    openai_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port of the OpenAI-compatible HTTP API (POST /v1/chat/completions, "
+        "GET /v1/models: Chat with memory for any OpenAI SDK, docs/api.md), on `host`; "
+        "HTTPS with the gateway's certificate under TLS. 0: not served (the default: "
+        "every deployment opts in to the extra listener).",
+    )
+    openai_default_session: str = Field(
+        "default",
+        pattern=r"^[A-Za-z0-9._:@-]{1,128}$",
+        description="The session of an OpenAI-API request without an X-Hippo-Session "
+        "header: every such request of one user shares this session's window.",
+    )
+    openai_timeout_seconds: float = Field(
+        180.0,
+        gt=0,
+        description="Deadline of one OpenAI-API request (HTTP has no per-call deadline): "
+        "recall, generation and storing the exchange together; past it generation stops "
+        "and the request gets 504 (or, once streaming, an in-band error).",
+    )
     embedding_addr: str = Field("127.0.0.1:50052", description="The embedding service.")
     retrieval_addr: str = Field("127.0.0.1:50053", description="The retrieval service.")
     summariser_addr: str = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hippo_core.outbox import DrainConfig, Outbox, OutboxStore, SqliteOutbox, ne
 from hippo_core.server.app import Service, run
 from hippo_core.server.authz import OPERATOR, callers
 from hippo_summariser import metrics
+from hippo_summariser.adapters import tgi_info
 from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
@@ -52,6 +54,7 @@ def merge_config(settings: SummariserSettings) -> MergeConfig:
             summary_tokens=settings.summary_tokens,
             style=settings.merge_style,
             strict_retry=settings.strict_retry,
+            mode=settings.merge_mode,
         ),
         max_concurrent=settings.max_concurrent_merges,
         backoff_initial_seconds=settings.backoff_initial_seconds,
@@ -114,6 +117,7 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
         # Merges' counts are background work at the injection host, as their LLM calls.
         merge_counter = GrpcTokenCounter(injection, settings.count_timeout_seconds, background=True)
+        llm_tls = tls.http_client_context(settings.tls) if settings.tls.enabled else None
         llm = TgiLlm(
             settings.llm_url,
             settings.llm_timeout_seconds,
@@ -125,7 +129,7 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
                 repetition_penalty=settings.llm_repetition_penalty,
             ),
             # Under TLS the injection host's HTTP API wants the summariser's certificate.
-            tls.http_client_context(settings.tls) if settings.tls.enabled else None,
+            llm_tls,
         )
         outbox = None
         if outbox_store is not None:
@@ -156,6 +160,10 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
             observer or NoObserver(),
             outbox=outbox,
             special_tokens=merge_counter.special_tokens,
+            # merge_mode=auto: extractive when the LLM is the built-in base model.
+            llm_model_id=functools.partial(
+                tgi_info.model_id, settings.llm_url, settings.llm_timeout_seconds, llm_tls
+            ),
         )
         mergers.append(merger)
         service = SummariserService(

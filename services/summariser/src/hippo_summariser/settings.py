@@ -100,6 +100,16 @@ class SummariserSettings(ServiceSettings):
         "On the local 270M model both keep the same facts; rewrite merged 2x faster and "
         "invented less (docs/sessions.md).",
     )
+    merge_mode: Literal["auto", "llm", "extractive"] = Field(
+        "auto",
+        description="How merges fold dropped exchanges into the summary. llm: the LLM "
+        "rewrites it (prompt, validation, strict retry, missing-facts sentence). "
+        "extractive: no LLM; the sentences that carry the facts (names, numbers, dates, "
+        "identifiers) are kept as dated, attributed lines, deduplicated and fitted to "
+        "summary_tokens in milliseconds. auto: extractive when the LLM at llm_url is the "
+        "built-in Gemma 3 270M base model (its TGI /info), which cannot summarise "
+        "(measured in docs/sessions.md#merge-modes), llm otherwise.",
+    )
     strict_retry: bool = Field(
         True,
         description="When the summary misses facts of the merged turns, ask the LLM once more "

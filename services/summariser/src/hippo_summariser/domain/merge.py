@@ -4,10 +4,11 @@ replica at a time.
 One asyncio task per session with work to do (never two in a process), so a session's
 merges happen in order; a semaphore bounds how many call the LLM at once. A task loops
 until the session needs nothing: count turns stored uncounted, plan the next merge
-(trimming.py), summarise (summarise.py), commit with compare-and-set. A commit that finds
-the session changed (a Forget, another replica's merge) is dropped and planned again
-from the new state. When the LLM or the counter is unavailable the task sleeps with
-capped, jittered exponential backoff and tries again: Append never waits for any of this.
+(trimming.py), summarise (summarise.py; or extractive.py, no LLM, by merge_mode), commit
+with compare-and-set. A commit that finds the session changed (a Forget, another
+replica's merge) is dropped and planned again from the new state. When the LLM or the
+counter is unavailable the task sleeps with capped, jittered exponential backoff and
+tries again: Append never waits for any of this.
 
 Claims: before it merges, a task claims the session for its replica (`SessionStore.claim`,
 a lease renewed every third of its length while the task works), so replicas sharing one
@@ -55,7 +56,7 @@ from hippo_core import backoff
 from hippo_core.errors import HippoError
 from hippo_core.neutralise import Neutraliser
 from hippo_summariser import metrics
-from hippo_summariser.domain import prompt, trimming
+from hippo_summariser.domain import extractive, prompt, trimming
 from hippo_summariser.domain.audit import AuditQueue
 from hippo_summariser.domain.models import Claim, MergeEvent, Session, SessionKey
 from hippo_summariser.domain.ports import (
@@ -133,7 +134,12 @@ class Merger:
         outbox: AuditQueue | None = None,
         jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2),
         special_tokens: Callable[[], Awaitable[Sequence[str]]] | None = None,
+        llm_model_id: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
+        # merge_mode=auto is settled on first use by the id of the model at the LLM
+        # (extractive.auto_mode); None: the model is unknown, auto means llm.
+        self._llm_model_id = llm_model_id
+        self._mode: str | None = None if config.summary.mode == "auto" else config.summary.mode
         # The serving model's added tokens (injection Info), asked once: merge prompts
         # are neutralised against all of them. None: Gemma's control tokens only.
         self._special_tokens = special_tokens
@@ -384,6 +390,15 @@ class Merger:
             self._neutraliser = Neutraliser(await self._special_tokens())
         return self._neutraliser
 
+    async def _merge_mode(self) -> str:
+        """llm or extractive. An LlmUnavailable while the LLM's host is down fails the
+        merge, retried later (as its LLM call would)."""
+        if self._mode is None:
+            model = await self._llm_model_id() if self._llm_model_id is not None else ""
+            self._mode = extractive.auto_mode(model)
+            log.info("merge_mode", mode=self._mode, setting="auto", model=model)
+        return self._mode
+
     async def _merge_next(self, session: Session) -> bool:
         """Merge the next batch of dropped exchanges; False when there is nothing to do."""
         cfg = self._config
@@ -396,15 +411,21 @@ class Merger:
         async with self._slots:
             self._busy.add(session.key)
             try:
-                neutraliser = await self._prompt_guard()
-                outcome = await summarise(
-                    session.summary,
-                    turns,
-                    self._llm,
-                    self._counter,
-                    cfg.summary,
-                    neutraliser.neutralise,
-                )
+                mode = await self._merge_mode()
+                if mode == "extractive":
+                    outcome = await extractive.merge(
+                        session.summary, turns, self._counter, cfg.summary.summary_tokens
+                    )
+                else:
+                    neutraliser = await self._prompt_guard()
+                    outcome = await summarise(
+                        session.summary,
+                        turns,
+                        self._llm,
+                        self._counter,
+                        cfg.summary,
+                        neutraliser.neutralise,
+                    )
             finally:
                 self._busy.discard(session.key)
         seconds = time.monotonic() - started
@@ -456,7 +477,8 @@ class Merger:
             retention_llm=round(outcome.retention_llm, 3),
             retention=round(outcome.retention, 3),
             llm_calls=outcome.llm_calls,
-            seconds=round(seconds, 2),
+            mode=mode,
+            seconds=round(seconds, 3),
         )
         event = dataclasses.replace(event, version=version)
         try:

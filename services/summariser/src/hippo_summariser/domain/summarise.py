@@ -38,6 +38,9 @@ class SummaryConfig:
     style: str = "rewrite"  # "rewrite" | "extend" (prompt.py)
     strict_retry: bool = True
     max_chars_per_turn: int = 2000
+    # "llm" | "extractive" (extractive.py, no LLM) | "auto": extractive when the LLM is
+    # the built-in base model (the merge worker asks it once).
+    mode: str = "llm"
 
 
 def _join(*parts: str) -> str:
