@@ -6,7 +6,8 @@ Lifecycle (grpc examples and TGI do the same):
 2. warm up (load the model, open the index), then SERVING for "" (liveness) and each
    service name (readiness);
 3. on SIGTERM/SIGINT: NOT_SERVING at once, `server.stop(grace)` so calls in flight may
-   finish while new ones are refused, then close the service's resources.
+   finish while new ones are refused (and, at the same time, the service's `drain` for
+   any other listener it runs), then close the service's resources.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class Service:
     # Who may call each RPC (hippo_core.server.authz), checked when TLS is on. None: an
     # edge service (the gateway), open to any caller the transport admits.
     callers: Callers | None = None
+    # Other listeners of the process (an HTTP API beside gRPC): stop accepting and let
+    # requests in flight finish within `grace_seconds`. Runs alongside gRPC's drain, not
+    # after it, so a stop takes one grace period, not two (it must stay shorter than the
+    # pod's termination period).
+    drain: Callable[[], Awaitable[None]] = _nothing
 
 
 @dataclass
@@ -148,8 +154,10 @@ class Runner:
             self._warmup.cancel()
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        stopping = [self.service.drain()]
         if self._server is not None:
-            await self._server.stop(grace)
+            stopping.append(self._server.stop(grace))
+        await asyncio.gather(*stopping)
         await self.service.close()
         shutdown = getattr(self._metrics_http, "shutdown", None)
         if shutdown is not None:
