@@ -26,7 +26,7 @@ from hippo_gateway.domain.auth import Authenticator, KeyGrant
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.memory import MemoryService
-from hippo_gateway.domain.ports import Sessions
+from hippo_gateway.domain.ports import Llm, Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
 from hippo_gateway.openai_api import OpenAiApi
 from hippo_gateway.servicer import MemoryServicer
@@ -98,6 +98,26 @@ def quotas(settings: GatewaySettings) -> Quotas:
         quota(settings.default_quota),
         refresh_seconds=settings.quota_refresh_seconds,
     )
+
+
+def llm(settings: GatewaySettings) -> Llm:
+    """Chat's LLM client, by llm_backend: TGI's API (the default) or an OpenAI-compatible
+    one (the `openai` client, imported only then)."""
+    # Under TLS the injection host's HTTP API wants the gateway's certificate.
+    context = tls.http_client_context(settings.tls) if settings.tls.enabled else None
+    if settings.llm_backend == "openai":
+        from hippo_gateway.adapters.openai_llm import OpenAiLlm
+
+        return OpenAiLlm(
+            settings.llm_url,
+            settings.llm_api_key,
+            settings.llm_model,
+            settings.llm_api_style,
+            settings.llm_timeout_seconds,
+            settings.llm_max_concurrency,
+            context,
+        )
+    return TgiLlm(settings.llm_url, settings.llm_timeout_seconds, context)
 
 
 def build(settings: GatewaySettings) -> Service:
@@ -181,12 +201,7 @@ def build(settings: GatewaySettings) -> Service:
         servicer.chat = ChatService(
             memory,
             builder,
-            TgiLlm(
-                settings.llm_url,
-                settings.llm_timeout_seconds,
-                # Under TLS the injection host's HTTP API wants the gateway's certificate.
-                tls.http_client_context(settings.tls) if settings.tls.enabled else None,
-            ),
+            llm(settings),
             influencer,
         )
         servicer.context = builder

@@ -133,9 +133,43 @@ class GatewaySettings(ServiceSettings):
     )
     llm_url: str = Field(
         "http://127.0.0.1:8085",
-        description="TGI-compatible endpoint Chat generates with (the text-generation "
-        "client): the local injection host's HTTP API by default, or any TGI server that "
-        "serves the same model (token counts come from injection_addr).",
+        description="Where Chat generates: with llm_backend tgi a TGI-compatible endpoint "
+        "(the text-generation client), with openai an OpenAI-compatible API's base URL (a "
+        "URL without a path gets /v1). The local injection host's HTTP API by default; it "
+        "serves both. Token counts come from injection_addr, so the server should serve "
+        "the same model or one with the same prompt format (docs/operations.md#bring-your-"
+        "own-llm).",
+    )
+    llm_backend: Literal["tgi", "openai"] = Field(
+        "tgi",
+        description="The client Chat generates with: tgi (TGI's /generate_stream, the "
+        "default) or openai (the `openai` client: vLLM, llama.cpp, Ollama, TGI's /v1, "
+        "hosted APIs, the injection host's /v1).",
+    )
+    llm_model: str = Field(
+        "google/gemma-3-270m",
+        min_length=1,
+        description="llm_backend openai: the model name sent with every request (the "
+        "injection host serves one model and accepts any name).",
+    )
+    llm_api_key: SecretStr = Field(
+        SecretStr(""),
+        description="llm_backend openai: the API key sent as a bearer token (set it from a "
+        "secret; never logged). Empty: none, for local servers.",
+    )
+    llm_api_style: Literal["completions", "chat"] = Field(
+        "completions",
+        description="llm_backend openai: completions posts the prompt Hippo built, as is, "
+        "to /v1/completions (base models, vLLM, llama.cpp, TGI); chat splits it into its "
+        "turns and posts /v1/chat/completions (servers that only take messages, hosted "
+        "APIs). Chat's reply stops before a matched stop sequence with either.",
+    )
+    llm_max_concurrency: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="llm_backend openai: most Chat generations in flight per replica; "
+        "more wait for a slot within their deadline.",
     )
     llm_timeout_seconds: float = Field(
         120.0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from hippo_summariser.adapters.token_counter import GrpcTokenCounter
 from hippo_summariser.domain import audit
 from hippo_summariser.domain.merge import MergeConfig, Merger
 from hippo_summariser.domain.models import MergeEvent
-from hippo_summariser.domain.ports import MergeObserver, NoObserver, SessionStore
+from hippo_summariser.domain.ports import Llm, MergeObserver, NoObserver, SessionStore
 from hippo_summariser.domain.service import Budgets, SummariserService
 from hippo_summariser.domain.summarise import SummaryConfig
 from hippo_summariser.domain.validation import Limits
@@ -63,6 +64,33 @@ def merge_config(settings: SummariserSettings) -> MergeConfig:
         claim_lease_seconds=settings.claim_lease_seconds,
         pause_seconds=settings.merge_pause_seconds,
     )
+
+
+def merge_llm(settings: SummariserSettings, context: ssl.SSLContext | None) -> Llm:
+    """The merge LLM's client, by llm_backend: TGI's API (the default) or an
+    OpenAI-compatible one (the `openai` client, imported only then). Both send every
+    call as background work (X-Hippo-Priority); the merger paces them (PacedLlm)."""
+    generation = Generation(
+        greedy=settings.llm_greedy,
+        temperature=settings.llm_temperature,
+        top_p=settings.llm_top_p,
+        seed=settings.llm_seed,
+        repetition_penalty=settings.llm_repetition_penalty,
+    )
+    if settings.llm_backend == "openai":
+        from hippo_summariser.adapters.openai_llm import OpenAiLlm
+
+        return OpenAiLlm(
+            settings.llm_url,
+            settings.llm_api_key,
+            settings.llm_model,
+            settings.llm_api_style,
+            settings.llm_timeout_seconds,
+            generation,
+            settings.llm_max_concurrency,
+            context,
+        )
+    return TgiLlm(settings.llm_url, settings.llm_timeout_seconds, generation, context)
 
 
 def open_stores(
@@ -118,19 +146,8 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
         # Merges' counts are background work at the injection host, as their LLM calls.
         merge_counter = GrpcTokenCounter(injection, settings.count_timeout_seconds, background=True)
         llm_tls = tls.http_client_context(settings.tls) if settings.tls.enabled else None
-        llm = TgiLlm(
-            settings.llm_url,
-            settings.llm_timeout_seconds,
-            Generation(
-                greedy=settings.llm_greedy,
-                temperature=settings.llm_temperature,
-                top_p=settings.llm_top_p,
-                seed=settings.llm_seed,
-                repetition_penalty=settings.llm_repetition_penalty,
-            ),
-            # Under TLS the injection host's HTTP API wants the summariser's certificate.
-            llm_tls,
-        )
+        # Under TLS the injection host's HTTP API wants the summariser's certificate.
+        llm = merge_llm(settings, llm_tls)
         outbox = None
         if outbox_store is not None:
             audit_channel = client.channel(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import DatabaseSettings, ServiceSettings
@@ -47,9 +47,42 @@ class SummariserSettings(ServiceSettings):
     )
     llm_url: str = Field(
         "http://127.0.0.1:8085",
-        description="The merge LLM's text-generation-inference HTTP API: by default the "
-        "injection service's TGI-compatible API (its HIPPO_INJECTION_HTTP_PORT; `hippo up` "
-        "sets this to where it listens); any TGI server works, e.g. http://tgi:80.",
+        description="The merge LLM: with llm_backend tgi a text-generation-inference HTTP "
+        "API, with openai an OpenAI-compatible API's base URL (a URL without a path gets "
+        "/v1). By default the injection service's HTTP API, which serves both (its "
+        "HIPPO_INJECTION_HTTP_PORT; `hippo up` sets this to where it listens); e.g. "
+        "http://tgi:80, http://vllm:8000/v1.",
+    )
+    llm_backend: Literal["tgi", "openai"] = Field(
+        "tgi",
+        description="The client merges call the LLM with: tgi (TGI's API, the default) or "
+        "openai (the `openai` client: vLLM, llama.cpp, Ollama, TGI's /v1, hosted APIs, "
+        "the injection host's /v1). Both mark merges X-Hippo-Priority: background.",
+    )
+    llm_model: str = Field(
+        "google/gemma-3-270m",
+        min_length=1,
+        description="llm_backend openai: the model name sent with every merge request (the "
+        "injection host serves one model and accepts any name).",
+    )
+    llm_api_key: SecretStr = Field(
+        SecretStr(""),
+        description="llm_backend openai: the API key sent as a bearer token (set it from a "
+        "secret; never logged). Empty: none, for local servers.",
+    )
+    llm_api_style: Literal["completions", "chat"] = Field(
+        "completions",
+        description="llm_backend openai: completions posts the merge prompt to "
+        "/v1/completions (base models, vLLM, llama.cpp, TGI); chat sends it as one user "
+        "message to /v1/chat/completions (servers that only take messages, hosted APIs).",
+    )
+    llm_max_concurrency: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="llm_backend openai: most merge LLM calls in flight per replica (on "
+        "top of max_concurrent_merges and merge_pause_seconds); more wait for a slot "
+        "within llm_timeout_seconds.",
     )
     audit_addr: str = Field(
         "127.0.0.1:50056",
