@@ -47,6 +47,14 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- $_ := set $env "WITNESS_PATH" "/witness/witness.log" }}
 {{- end }}
 {{- end }}
+{{- if has $name (list "gateway" "summariser") }}
+{{- /* The LLM client (docs/operations.md#bring-your-own-llm); the key: hippo.grpcService. */}}
+{{- $_ := set $env "LLM_BACKEND" $svc.llm.backend }}
+{{- $_ := set $env "LLM_API_STYLE" $svc.llm.apiStyle }}
+{{- if $svc.llm.model }}
+{{- $_ := set $env "LLM_MODEL" $svc.llm.model }}
+{{- end }}
+{{- end }}
 {{- if $root.Values.tls.enabled }}
 {{- /* The pod's certificate (hippo.tlsSecret), mounted at hippo.tlsDir. */}}
 {{- $dir := include "hippo.tlsDir" $root }}
@@ -59,7 +67,7 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- end }}
 {{- /* Values the probes, Services, volumes and grace periods are rendered from: set
        through the block's own keys, or the pod and its manifests would disagree. */}}
-{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" "DATABASE__URL" "DATABASE__POOL_MAX_SIZE" "TLS__CA_FILE" "TLS__CERT_FILE" "TLS__KEY_FILE" }}
+{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" "LLM_API_KEY" "DATABASE__URL" "DATABASE__POOL_MAX_SIZE" "TLS__CA_FILE" "TLS__CERT_FILE" "TLS__KEY_FILE" }}
 {{- range $k, $v := $svc.env }}
 {{- if has (upper $k) $owned }}
 {{- fail (printf "%s.env.%s: the chart sets HIPPO_%s_%s from the %s block's own values (ports, graceSeconds, secrets); set it there" $name $k (upper $name) (upper $k) $name) }}

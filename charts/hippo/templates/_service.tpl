@@ -128,8 +128,10 @@ spec:
             - secretRef:
                 name: {{ $secretName }}
             {{- end }}
-          {{- if include "hippo.usesDatabase" . }}
+          {{- $llmKey := and (hasKey $svc "llm") $svc.llm.apiKeySecret }}
+          {{- if or (include "hippo.usesDatabase" .) $llmKey }}
           env:
+            {{- if include "hippo.usesDatabase" . }}
             # Cluster mode: the state of record. A secret: never in the ConfigMap.
             - name: {{ $info.prefix }}DATABASE__URL
               valueFrom:
@@ -138,6 +140,15 @@ spec:
                   key: {{ include "hippo.databaseSecretKey" $root }}
             - name: {{ $info.prefix }}DATABASE__POOL_MAX_SIZE
               value: {{ $root.Values.database.poolMaxSize | quote }}
+            {{- end }}
+            {{- if $llmKey }}
+            # The OpenAI-compatible LLM's API key, from the operator's Secret.
+            - name: {{ $info.prefix }}LLM_API_KEY
+              valueFrom:
+                secretKeyRef:
+                  name: {{ $svc.llm.apiKeySecret }}
+                  key: {{ $svc.llm.apiKeySecretKey }}
+            {{- end }}
           {{- end }}
           ports:
             - name: grpc
