@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippo_retrieval.domain.fusion import neighbour_boost, rrf
+from hippo_retrieval.domain.fusion import fuse, neighbour_boost, rrf
 from hippo_retrieval.domain.models import Candidate
 
 
@@ -66,3 +66,55 @@ def test_neighbour_boost_lifts_the_turn_next_to_a_strong_match() -> None:
     assert [h.memory_id for h in boosted] == ["q", "a", "far"]
     assert boosted[1].ranks == {"lexical": 3}  # ranks stay the retrievers' own
     assert neighbour_boost(hits, places, 0.0) == hits
+
+
+_ids = st.sampled_from([f"m{i}" for i in range(12)])
+_lists = st.lists(
+    st.tuples(_ids, st.floats(-10, 10, allow_nan=False)).map(lambda t: Candidate(*t)),
+    max_size=15,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lexical=_lists,
+    semantic=_lists,
+    # Small round k and weights make equal fused scores common (k=1, w=2: lexical rank 3
+    # ties semantic rank 1), so the tie-breaks are exercised, not only the scores.
+    k=st.one_of(st.sampled_from([1.0, 2.0, 60.0]), st.floats(0.5, 100)),
+    w=st.one_of(st.sampled_from([1.0, 1.5, 2.0]), st.floats(0.1, 3)),
+    limit=st.integers(1, 20),
+    boost=st.sampled_from([0.0, 0.5, 1.5]),
+    where=st.dictionaries(_ids, st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 6))),
+)
+def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
+    lexical: list[Candidate],
+    semantic: list[Candidate],
+    k: float,
+    w: float,
+    limit: int,
+    boost: float,
+    where: dict[str, tuple[str, int]],
+) -> None:
+    """The search path's one-pass fusion gives exactly what the reference functions give:
+    the same hits, scores, ranks, per-retriever scores and order (ties included)."""
+    lists = {"lexical": lexical, "semantic": semantic}
+    weights = {"lexical": w}
+    places = {m: p for m, p in where.items()}  # one place per id, as the store has
+    by_place: dict[tuple[str, int], str] = {}
+    for m, p in list(places.items()):
+        if p in by_place:
+            del places[m]  # two turns never share a session position
+        else:
+            by_place[p] = m
+    asked: list[list[str]] = []
+
+    def locate(ids: list[str]) -> dict[str, tuple[str, int]]:
+        asked.append(ids)
+        return {m: places[m] for m in ids if m in places}
+
+    expected = neighbour_boost(rrf(lists, k=k, weights=weights), places, boost)[:limit]
+    got = fuse(lists, k=k, weights=weights, limit=limit, places=locate, neighbour_weight=boost)
+    assert got == expected
+    if boost == 0:
+        assert asked == []  # no boost, no store read

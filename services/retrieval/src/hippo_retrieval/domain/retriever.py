@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.fusion import neighbour_boost, rrf
+from hippo_retrieval.domain.fusion import fuse
 from hippo_retrieval.domain.models import Candidate, FusedHit, Mode, Scope, StoredTurn, Vector
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
@@ -67,12 +67,18 @@ class Retriever:
             if vector is None:
                 raise InvalidArgument("query", "a semantic search needs the query's vector")
             lists[SEMANTIC] = self._vectors.search(scope, vector, self._config.candidates)
-        fused = rrf(lists, k=self._config.k, weights=self._config.weights)
         # Hybrid only: LEXICAL and SEMANTIC show one retriever's own ranking.
-        if mode == Mode.HYBRID and self._config.neighbour_weight > 0 and fused:
-            places = self._store.locate(scope.tenant, scope.user, [h.memory_id for h in fused])
-            fused = neighbour_boost(fused, places, self._config.neighbour_weight)
-        fused = fused[:top_k]
+        boost = mode == Mode.HYBRID and self._config.neighbour_weight > 0
+        fused = fuse(
+            lists,
+            k=self._config.k,
+            weights=self._config.weights,
+            limit=top_k,
+            places=(lambda ids: self._store.locate(scope.tenant, scope.user, ids))
+            if boost
+            else None,
+            neighbour_weight=self._config.neighbour_weight,
+        )
         turns = {
             t.memory_id: t
             for t in self._store.get(scope.tenant, scope.user, [h.memory_id for h in fused])
