@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import grpc
 import openai
@@ -16,8 +18,14 @@ from openai import AsyncOpenAI, OpenAI
 
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo.injection.v1 import injection_pb2_grpc
+from hippo_core.certs import Authority
+from hippo_core.errors import Unavailable
+from hippo_core.settings import TlsSettings
 from hippo_core.testing import ServiceProcess, metric, scrape
+from hippo_injection.domain.service import InjectionService
 from hippo_injection.openai_convert import StopHoldback, cut_at_stop
+from hippo_injection.openai_http import OpenAiHttpApi
+from hippo_injection.tgi_http import TgiHttpApi
 
 PROMPT = "The capital of France is"
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy, the model counts on: no early <eos>
@@ -212,3 +220,52 @@ def test_stop_holdback_never_sends_a_stop_sequence() -> None:
     assert other.push("E") == "" and other.push("x") == "Ex"
     assert other.finish("!") == ("!", None)
     assert cut_at_stop("a.b;c", [";", "."]) == ("a", ".")
+
+
+async def test_under_tls_the_v1_routes_keep_the_tgi_routes_callers(tmp_path: Path) -> None:
+    """No model is loaded: a caller past the TLS check gets 503 (not ready) in OpenAI's
+    shape, one the caller table refuses gets 403; /v1/models is open, as /info is. The
+    client presents its certificate as the gateway's and summariser's adapters do."""
+    ca = Authority(tmp_path / "ca")
+    http = TgiHttpApi(_not_loaded, 5.0, 0.5, 4, "test", extra=[OpenAiHttpApi(_not_loaded)])
+    issued = ca.issue("injection")
+    tls = TlsSettings(
+        ca_file=str(issued.ca_file), cert_file=str(issued.cert_file), key_file=str(issued.key_file)
+    )
+    await http.start("127.0.0.1", 0, tls, frozenset({"gateway"}))
+
+    def client(service: str) -> AsyncOpenAI:
+        caller = ca.issue(service)
+        ctx = ssl.create_default_context(cafile=str(ca.ca_file))
+        ctx.load_cert_chain(caller.cert_file, caller.key_file)
+        return AsyncOpenAI(
+            base_url=f"https://127.0.0.1:{http.port}/v1",
+            api_key="x",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=ctx),
+        )
+
+    try:
+        gateway, retrieval = client("gateway"), client("retrieval")
+        with pytest.raises(openai.InternalServerError) as ready:
+            await gateway.completions.create(model="m", prompt=PROMPT, max_tokens=1)
+        assert ready.value.status_code == 503
+        assert ready.value.body["type"] == "service_unavailable"  # type: ignore[index]
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            await retrieval.chat.completions.create(model="m", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+        assert refused.value.body == {  # type: ignore[comparison-overlap]
+            "message": "retrieval may not call /v1/chat/completions",
+            "type": "permission_error",
+            "param": None,
+            "code": None,
+        }
+        with pytest.raises(openai.InternalServerError):  # past the check, not ready
+            await retrieval.models.list()
+        await gateway.close()
+        await retrieval.close()
+    finally:
+        await http.stop()
+
+
+def _not_loaded() -> InjectionService:
+    raise Unavailable("the model is loading")
