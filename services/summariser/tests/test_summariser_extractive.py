@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from summariser_fakes import ScriptedLlm, WordCounter
 
 from hippo_core.listen import reserve_port
+from hippo_summariser.__main__ import merge_config
 from hippo_summariser.adapters import tgi_info
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.domain import extractive, facts
@@ -23,6 +24,7 @@ from hippo_summariser.domain.models import Role, SessionKey, TurnIn, WindowTurn
 from hippo_summariser.domain.ports import LlmUnavailable
 from hippo_summariser.domain.service import Budgets, SummariserService
 from hippo_summariser.domain.summarise import SummaryConfig
+from hippo_summariser.settings import SummariserSettings
 
 MAY_8 = 1_683_504_000_000_000  # 2023-05-08 00:00 UTC
 DAY = 86_400_000_000
@@ -106,6 +108,25 @@ async def test_lines_without_facts_go_before_older_lines_with_facts() -> None:
     turns = [turn(1, "I have been feeling wonderfully relaxed after yoga and long walks lately.")]
     merged = await merge(old, turns, cap=len(old.split()))
     assert merged == old
+
+
+async def test_a_sentence_that_only_addresses_someone_is_not_kept() -> None:
+    turns = [
+        turn(1, "Thanks for the tip, Melanie! I booked the Porto trip for 12 June."),
+        turn(2, "Glad you liked it, Ana.", "Melanie"),
+    ]
+    merged = await merge("", turns)
+    # Whom Ana spoke to stays (a name is a fact), in two tokens, not a sentence.
+    assert merged == "8 May 2023, Ana (to Melanie): booked the Porto trip for 12 June."
+
+
+async def test_within_a_line_the_sentences_without_facts_go_first() -> None:
+    text = (
+        "We finally painted the whole garden fence bright green last weekend. "
+        "Joana paid $240 for the paint."
+    )
+    merged = await merge("", [turn(1, text)], cap=12)
+    assert merged == "8 May 2023, Ana: Joana paid $240 for the paint."
 
 
 async def test_a_line_longer_than_the_budget_leaves_the_newest_facts_listed() -> None:
@@ -204,6 +225,13 @@ async def test_auto_merges_extractively_behind_the_built_in_model(tmp_path: Path
 async def test_auto_uses_the_llm_behind_another_model(tmp_path: Path) -> None:
     llm, _ = await run_merges(tmp_path, "auto", "Qwen/Qwen2.5-7B-Instruct")
     assert llm.prompts
+
+
+def test_auto_behind_an_openai_compatible_api_means_llm() -> None:
+    assert merge_config(SummariserSettings()).summary.mode == "auto"  # settled by /info
+    assert merge_config(SummariserSettings(llm_backend="openai")).summary.mode == "llm"
+    explicit = SummariserSettings(llm_backend="openai", merge_mode="extractive")
+    assert merge_config(explicit).summary.mode == "extractive"
 
 
 async def test_the_llm_model_id_comes_from_tgi_info() -> None:

@@ -55,7 +55,11 @@ def merge_config(settings: SummariserSettings) -> MergeConfig:
             summary_tokens=settings.summary_tokens,
             style=settings.merge_style,
             strict_retry=settings.strict_retry,
-            mode=settings.merge_mode,
+            # auto behind an OpenAI-compatible API means llm (a server chosen for its
+            # model); behind TGI's API the model's /info settles it (Merger).
+            mode="llm"
+            if settings.merge_mode == "auto" and settings.llm_backend == "openai"
+            else settings.merge_mode,
         ),
         max_concurrent=settings.max_concurrent_merges,
         backoff_initial_seconds=settings.backoff_initial_seconds,

@@ -11,15 +11,18 @@ sentences that carry the facts instead, in milliseconds and deterministically:
    piece is kept if it states a fact the summary and the pieces kept so far do not hold;
    otherwise only if it tells (a question asks), is not a near-duplicate of a kept line
    (token overlap) and brings content words nothing kept has (one for a piece about a
-   known name or number, three without any). So a sentence, or a fact, already in the
-   summary is not repeated, and a restatement is dropped while the fullest one stays.
+   known name or number, three without any). The participants' names are no reason to
+   keep a sentence ("Thanks, Mel!"): whom a kept line addressed goes in its prefix. So
+   a sentence, or a fact, already in the summary is not repeated, and a restatement is
+   dropped while the fullest one stays.
 3. Write the kept pieces of a turn as one short line, with its date and speaker:
    "8 May 2023, Ana: ran the Porto half marathon in 1:58; Joana came too." (openers such
    as "Wow," and a leading "I" are dropped: the speaker prefix says who).
-4. Fit `summary_tokens` with the same counter as `fit`: lines without facts go first,
-   then lines with facts, each oldest first (the old summary's lines are older than the
-   new ones), so a summary always ends with the newest facts. If even the newest line
-   alone is too long, `fit`'s last resort lists the newest facts.
+4. Fit `summary_tokens` with the same counter as `fit`: sentences without facts go
+   first (a line's chatter before its facts), then those with facts, each oldest first
+   (the old summary's lines are older than the new ones), so a summary always ends with
+   the newest facts. If even the newest line alone is too long, `fit`'s last resort
+   lists the newest facts.
 
 The summary stays one paragraph of sentences, so `facts.sentences` reads its lines back
 at the next merge, and the LLM mode can continue it.
@@ -102,10 +105,20 @@ class _Piece:
     question: bool  # asks rather than tells: kept only for a new fact
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Line:
-    text: str
-    has_facts: bool
+    """A line of the summary: an old one is one unit, a new one its prefix and its
+    pieces ("8 May 2023, Ana: " + "ran ...; Joana came" + "."). Units are what fitting
+    drops: (text, holds a fact)."""
+
+    prefix: str  # "" for a line of the old summary
+    units: tuple[tuple[str, bool], ...]
+
+    def render(self, kept: Sequence[bool]) -> str:
+        texts = [text for (text, _), keep in zip(self.units, kept, strict=True) if keep]
+        if not texts:
+            return ""
+        return f"{self.prefix}{'; '.join(texts)}." if self.prefix else " ".join(texts)
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -144,9 +157,12 @@ def _pieces_of(text: str) -> list[tuple[str, bool]]:
     return out
 
 
-def _prefix(turn: WindowTurn) -> str:
+def _prefix(turn: WindowTurn, to: Sequence[str] = ()) -> str:
+    """ "8 May 2023, Ana: ", or "8 May 2023, Ana (to Jo): " when she addressed Jo."""
     date = prompt.day(turn.time_us)
     speaker = " ".join(prompt.label(turn).split())
+    if to:
+        speaker += f" (to {', '.join(to)})"
     return f"{date}, {speaker}: " if date else f"{speaker}: "
 
 
@@ -169,11 +185,24 @@ async def merge(
     held_words = [content_words(b) for b in bodies]
     seen = {b.lower().rstrip(".!?") for b in bodies}
 
+    # The people talking: "Thanks, Mel!" names its addressee, and says nothing new.
+    speakers = {" ".join(prompt.label(t).lower().split()) for t in turns}
+
+    def telling(fact: Fact) -> bool:
+        return fact.kind != "name" or not any(
+            fact.key == who or (len(fact.key) >= 3 and who.startswith(fact.key)) for who in speakers
+        )
+
     candidates: list[_Piece] = []
+    addressed: dict[int, list[Fact]] = {}  # by turn: the participants it names
     for i, turn in enumerate(turns):
+        me = " ".join(prompt.label(turn).lower().split())
         for text, question in _pieces_of(turn.text):
             lost = {(f.kind, f.key) for f in facts.missing(required, text)}
-            own = tuple(f for f in required if (f.kind, f.key) not in lost)
+            here = [f for f in required if (f.kind, f.key) not in lost]
+            own = tuple(f for f in here if telling(f))
+            to = addressed.setdefault(i, [])
+            to += [f for f in here if not telling(f) and f not in to and not me.startswith(f.key)]
             words = content_words(text)
             candidates.append(_Piece(i, len(candidates), text, own, words, question))
 
@@ -201,12 +230,16 @@ async def merge(
     by_turn: dict[int, list[_Piece]] = {}
     for piece in sorted(chosen, key=lambda p: p.order):
         by_turn.setdefault(piece.turn, []).append(piece)
-    lines = [_Line(s, bool(facts.extract(b))) for s, b in zip(old, bodies, strict=True)]
+    lines = [_Line("", ((s, bool(facts.extract(b))),)) for s, b in zip(old, bodies, strict=True)]
     for i, pieces in sorted(by_turn.items()):
-        body = "; ".join(p.text for p in pieces)
-        lines.append(_Line(f"{_prefix(turns[i])}{body}.", any(p.facts for p in pieces)))
+        units = tuple((p.text, bool(p.facts)) for p in pieces)
+        # Whom the turn addressed goes in its prefix (two tokens, where the sentence
+        # that named them said nothing else).
+        body = " ".join(p.text for p in pieces)
+        names = [f.text for f in addressed.get(i, []) if facts.missing([f], body)]
+        lines.append(_Line(_prefix(turns[i], names), units))
 
-    extract = " ".join(line.text for line in lines)
+    extract = " ".join(line.render([True] * len(line.units)) for line in lines)
     kept_extract = facts.kept_count(required, extract)
     final, tokens = await _fit(lines, summary_tokens, counter)
     if not final and required:
@@ -225,28 +258,43 @@ async def merge(
 
 
 async def _fit(lines: list[_Line], cap: int, counter: TokenCounter) -> tuple[str, int]:
-    """The lines that fit `cap` tokens: fact-less lines leave first, then lines with
-    facts, each oldest first. One count of every line plans the cut; the joined text is
-    counted again (a join can tokenise a little differently) and trimmed until it fits."""
-    if not lines:
+    """The lines that fit `cap` tokens. Units without facts leave first (a line's
+    chatter before any fact), then units with facts, each oldest first; a line goes
+    with its last unit. One count of every prefix and unit plans the cut; the joined
+    text is counted again (a join tokenises a little differently) and trimmed until it
+    fits."""
+    units = [(li, ui) for li, line in enumerate(lines) for ui in range(len(line.units))]
+    if not units:
         return "", 0
-    sizes = await counter.count([line.text for line in lines])
-    order = [i for i, line in enumerate(lines) if not line.has_facts] + [
-        i for i, line in enumerate(lines) if line.has_facts
-    ]
-    dropped: set[int] = set()
-    total = sum(sizes)
-    for i in order:
-        if total <= cap:
-            break
-        dropped.add(i)
-        total -= sizes[i]
-    queue = [i for i in order if i not in dropped]
+    texts = [line.prefix for line in lines] + [lines[li].units[ui][0] for li, ui in units]
+    counted = await counter.count(texts)
+    prefix_size = counted[: len(lines)]
+    size = dict(zip(units, counted[len(lines) :], strict=True))
+    order = sorted(units, key=lambda u: (lines[u[0]].units[u[1]][1], u))
+    kept = [[True] * len(line.units) for line in lines]
+
+    def estimate() -> int:
+        total = 0
+        for li, line in enumerate(lines):
+            n = sum(kept[li])
+            if n:
+                # the prefix, the units, a "; " between two and the closing ".": ~1 each
+                total += prefix_size[li] + (n if line.prefix else 0)
+                total += sum(size[(li, ui)] for ui in range(len(line.units)) if kept[li][ui])
+        return total
+
+    queue = list(order)
+    while queue and estimate() > cap:
+        li, ui = queue.pop(0)
+        kept[li][ui] = False
     while True:
-        text = " ".join(line.text for i, line in enumerate(lines) if i not in dropped)
+        text = " ".join(
+            t for t in (line.render(k) for line, k in zip(lines, kept, strict=True)) if t
+        )
         if not text:
             return "", 0
         n = (await counter.count([text]))[0]
         if n <= cap:
             return text, n
-        dropped.add(queue.pop(0))
+        li, ui = queue.pop(0)
+        kept[li][ui] = False
