@@ -129,6 +129,14 @@ async def test_within_a_line_the_sentences_without_facts_go_first() -> None:
     assert merged == "8 May 2023, Ana: Joana paid $240 for the paint."
 
 
+async def test_over_budget_a_fact_sentence_is_cut_to_its_facts_before_it_goes() -> None:
+    text = "Joana paid $240 for the paint, which was a bright and cheerful green we loved."
+    assert await merge("", [turn(1, text)], cap=10) == (
+        "8 May 2023, Ana: Joana paid $240 for the paint."
+    )
+    assert text.rstrip(".") in await merge("", [turn(1, text)], cap=40)
+
+
 async def test_a_line_longer_than_the_budget_leaves_the_newest_facts_listed() -> None:
     text = "blue " * 30 + "met Joana at 5 pm."
     outcome = await extractive.merge("", [turn(1, text)], WordCounter(), 8)

@@ -18,11 +18,12 @@ sentences that carry the facts instead, in milliseconds and deterministically:
 3. Write the kept pieces of a turn as one short line, with its date and speaker:
    "8 May 2023, Ana: ran the Porto half marathon in 1:58; Joana came too." (openers such
    as "Wow," and a leading "I" are dropped: the speaker prefix says who).
-4. Fit `summary_tokens` with the same counter as `fit`: sentences without facts go
-   first (a line's chatter before its facts), then those with facts, each oldest first
-   (the old summary's lines are older than the new ones), so a summary always ends with
-   the newest facts. If even the newest line alone is too long, `fit`'s last resort
-   lists the newest facts.
+4. Fit `summary_tokens` with the same counter as `fit`, each step oldest first (the
+   old summary's lines are older than the new ones): sentences without facts go (a
+   line's chatter before its facts), then sentences with facts are cut to the clauses
+   that hold them, then they go too; so a summary always ends with the newest facts.
+   If even the newest line alone is too long, `fit`'s last resort lists the newest
+   facts.
 
 The summary stays one paragraph of sentences, so `facts.sentences` reads its lines back
 at the next merge, and the LLM mode can continue it.
@@ -31,7 +32,7 @@ at the next merge, and the LLM mode can continue it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hippo_summariser.domain import facts, prompt
@@ -106,19 +107,42 @@ class _Piece:
 
 
 @dataclass(frozen=True)
+class _Unit:
+    text: str
+    has_facts: bool
+    short: str | None  # only its clauses that hold facts (None: no shorter form)
+
+
+@dataclass(frozen=True)
 class _Line:
-    """A line of the summary: an old one is one unit, a new one its prefix and its
-    pieces ("8 May 2023, Ana: " + "ran ...; Joana came" + "."). Units are what fitting
-    drops: (text, holds a fact)."""
+    """A line of the summary: its prefix and its units ("8 May 2023, Ana: " + "ran
+    ...; Joana came" + "."), what fitting shortens or drops. A sentence of the summary
+    not written here (the LLM mode's prose) is one unit without a prefix."""
 
-    prefix: str  # "" for a line of the old summary
-    units: tuple[tuple[str, bool], ...]
+    prefix: str
+    units: tuple[_Unit, ...]
 
-    def render(self, kept: Sequence[bool]) -> str:
-        texts = [text for (text, _), keep in zip(self.units, kept, strict=True) if keep]
+    def render(self, state: Sequence[int]) -> str:
+        """`state` per unit: 2 whole, 1 shortened, 0 dropped."""
+        texts = [
+            u.text if k == 2 else (u.short or u.text)
+            for u, k in zip(self.units, state, strict=True)
+            if k
+        ]
         if not texts:
             return ""
         return f"{self.prefix}{'; '.join(texts)}." if self.prefix else " ".join(texts)
+
+
+def _unit(text: str, held: Sequence[Fact]) -> _Unit:
+    """A unit and its short form: the clauses that hold `held` (its facts), where they
+    are fewer than all and hold every one of them."""
+    clauses = [c.rstrip(",;: ") for c in _CLAUSE.split(text) if c.strip()]
+    kept = [c for c in clauses if len(facts.missing(held, c)) < len(held)]
+    short = ", ".join(kept)
+    if not held or len(kept) in (0, len(clauses)) or facts.missing(held, short):
+        return _Unit(text, bool(held), None)
+    return _Unit(text, True, short)
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -230,16 +254,16 @@ async def merge(
     by_turn: dict[int, list[_Piece]] = {}
     for piece in sorted(chosen, key=lambda p: p.order):
         by_turn.setdefault(piece.turn, []).append(piece)
-    lines = [_Line("", ((s, bool(facts.extract(b))),)) for s, b in zip(old, bodies, strict=True)]
+    lines = [_read(sentence, telling) for sentence in old]
     for i, pieces in sorted(by_turn.items()):
-        units = tuple((p.text, bool(p.facts)) for p in pieces)
+        units = tuple(_unit(p.text, p.facts) for p in pieces)
         # Whom the turn addressed goes in its prefix (two tokens, where the sentence
         # that named them said nothing else).
         body = " ".join(p.text for p in pieces)
         names = [f.text for f in addressed.get(i, []) if facts.missing([f], body)]
         lines.append(_Line(_prefix(turns[i], names), units))
 
-    extract = " ".join(line.render([True] * len(line.units)) for line in lines)
+    extract = " ".join(line.render([2] * len(line.units)) for line in lines)
     kept_extract = facts.kept_count(required, extract)
     final, tokens = await _fit(lines, summary_tokens, counter)
     if not final and required:
@@ -257,44 +281,61 @@ async def merge(
     )
 
 
+def _read(sentence: str, telling: Callable[[Fact], bool]) -> _Line:
+    """A sentence of the old summary as a line: this module's lines ("<date>, <speaker>:
+    a; b.") come apart into their units again; any other sentence is one unit."""
+    m = _PREFIX.match(sentence)
+    if m is None or not sentence.endswith("."):
+        return _Line("", (_unit(sentence, [f for f in facts.extract(sentence) if telling(f)]),))
+    parts = [u for u in sentence[m.end() : -1].split("; ") if u.strip()]
+    units = tuple(_unit(u, [f for f in facts.extract(u) if telling(f)]) for u in parts)
+    return _Line(m.group(0), units) if units else _Line("", (_unit(sentence, []),))
+
+
 async def _fit(lines: list[_Line], cap: int, counter: TokenCounter) -> tuple[str, int]:
-    """The lines that fit `cap` tokens. Units without facts leave first (a line's
-    chatter before any fact), then units with facts, each oldest first; a line goes
-    with its last unit. One count of every prefix and unit plans the cut; the joined
-    text is counted again (a join tokenises a little differently) and trimmed until it
-    fits."""
+    """The lines that fit `cap` tokens, in three steps, each oldest first: units without
+    facts leave (a line's chatter before any fact), then units with facts are cut to
+    their clauses that hold them, then they leave too; a line goes with its last unit.
+    One count of every prefix and unit plans the cut; the joined text is counted again
+    (a join tokenises a little differently) and trimmed on until it fits."""
     units = [(li, ui) for li, line in enumerate(lines) for ui in range(len(line.units))]
     if not units:
         return "", 0
-    texts = [line.prefix for line in lines] + [lines[li].units[ui][0] for li, ui in units]
-    counted = await counter.count(texts)
-    prefix_size = counted[: len(lines)]
-    size = dict(zip(units, counted[len(lines) :], strict=True))
-    order = sorted(units, key=lambda u: (lines[u[0]].units[u[1]][1], u))
-    kept = [[True] * len(line.units) for line in lines]
+    shorts = [(li, ui) for li, ui in units if lines[li].units[ui].short is not None]
+    texts = [line.prefix for line in lines]
+    texts += [lines[li].units[ui].text for li, ui in units]
+    texts += [lines[li].units[ui].short or "" for li, ui in shorts]
+    counted = iter(await counter.count(texts))
+    prefix_size = [next(counted) for _ in lines]
+    size = {(u, 2): next(counted) for u in units} | {(u, 1): next(counted) for u in shorts}
+    plain = [u for u in units if not lines[u[0]].units[u[1]].has_facts]
+    factual = [u for u in units if lines[u[0]].units[u[1]].has_facts]
+    steps = [(u, 0) for u in plain] + [(u, 1) for u in factual if u in shorts]
+    steps += [(u, 0) for u in factual]
+    state = [[2] * len(line.units) for line in lines]
 
     def estimate() -> int:
         total = 0
-        for li, line in enumerate(lines):
-            n = sum(kept[li])
-            if n:
-                # the prefix, the units, a "; " between two and the closing ".": ~1 each
-                total += prefix_size[li] + (n if line.prefix else 0)
-                total += sum(size[(li, ui)] for ui in range(len(line.units)) if kept[li][ui])
+        for li in range(len(lines)):
+            live = [ui for ui, k in enumerate(state[li]) if k]
+            if live:
+                # The "; " between units and the closing "." are left out: the count
+                # of the joined text below finds what they add.
+                total += prefix_size[li]
+                total += sum(size[((li, ui), state[li][ui])] for ui in live)
         return total
 
-    queue = list(order)
+    queue = list(steps)
     while queue and estimate() > cap:
-        li, ui = queue.pop(0)
-        kept[li][ui] = False
+        (li, ui), k = queue.pop(0)
+        state[li][ui] = min(state[li][ui], k)
     while True:
-        text = " ".join(
-            t for t in (line.render(k) for line, k in zip(lines, kept, strict=True)) if t
-        )
+        rendered = (line.render(k) for line, k in zip(lines, state, strict=True))
+        text = " ".join(t for t in rendered if t)
         if not text:
             return "", 0
         n = (await counter.count([text]))[0]
         if n <= cap:
             return text, n
-        li, ui = queue.pop(0)
-        kept[li][ui] = False
+        (li, ui), k = queue.pop(0)
+        state[li][ui] = min(state[li][ui], k)
