@@ -12,11 +12,13 @@ from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core import client, outbox, tls
 from hippo_core.postgres import Database, engine
 from hippo_core.server.app import Service, run
+from hippo_core.tokenizer import ModelTokenizer
 from hippo_gateway.adapters import fingerprint_key, spool, spool_store
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder, GrpcEmbeddingCaches
 from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
+from hippo_gateway.adapters.local_tokenizer import LocalTokenizer
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer, NoTokenizer
@@ -120,6 +122,18 @@ def llm(settings: GatewaySettings) -> Llm:
     return TgiLlm(settings.llm_url, settings.llm_timeout_seconds, context)
 
 
+def tokenizer(
+    settings: GatewaySettings, injection: grpc.aio.Channel
+) -> LocalTokenizer | GrpcTokenizer | NoTokenizer:
+    """Who counts prompts: the reading model's own files (`tokenizer_path`, for a model
+    served elsewhere), else the LLM host, else nobody (BuildContext is not served)."""
+    if settings.tokenizer_path:
+        return LocalTokenizer(
+            ModelTokenizer(settings.tokenizer_path, context_length=settings.context_length)
+        )
+    return GrpcTokenizer(injection) if settings.injection_addr else NoTokenizer()
+
+
 def build(settings: GatewaySettings) -> Service:
     auth = authenticator(settings)
     if not len(auth):
@@ -194,7 +208,7 @@ def build(settings: GatewaySettings) -> Service:
         builder = ContextBuilder(
             memory,
             sessions,
-            GrpcTokenizer(injection) if settings.injection_addr else NoTokenizer(),
+            tokenizer(settings, injection),
             ContextConfig(settings.system_prompt, settings.default_token_budget),
             recorder=recorder,
         )

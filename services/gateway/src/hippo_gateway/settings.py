@@ -131,6 +131,20 @@ class GatewaySettings(ServiceSettings):
         "serving model's tokenizer and prompt format, influence, and erasing a forgotten "
         "user's memtoks. Empty: none (BuildContext and Chat fail; Forget erases no memtoks).",
     )
+    tokenizer_path: str = Field(
+        "",
+        description="The reading model's folder (tokenizer.json, tokenizer_config.json with "
+        "its chat template) or its tokenizer.json: BuildContext and Chat then count budgets "
+        "with that tokenizer and render prompts with that template (a plain base format "
+        "without one), here, instead of asking injection_addr. Set it when llm_url serves "
+        "another model than the built-in one (docs/operations.md#bring-your-own-llm).",
+    )
+    context_length: int = Field(
+        0,
+        ge=0,
+        description="With tokenizer_path: the model's context window in tokens (0: the "
+        "tokenizer_config.json's model_max_length, else no limit beyond the token budget).",
+    )
     llm_url: str = Field(
         "http://127.0.0.1:8085",
         description="Where Chat generates: with llm_backend tgi a TGI-compatible endpoint "

@@ -16,12 +16,13 @@ from hippo_core import client, tls
 from hippo_core.outbox import DrainConfig, Outbox, OutboxStore, SqliteOutbox, new_owner
 from hippo_core.server.app import Service, run
 from hippo_core.server.authz import OPERATOR, callers
+from hippo_core.tokenizer import ModelTokenizer
 from hippo_summariser import metrics
 from hippo_summariser.adapters import tgi_info
 from hippo_summariser.adapters.audit_client import GrpcAuditSink
 from hippo_summariser.adapters.sqlite_store import SqliteSessionStore
 from hippo_summariser.adapters.tgi_llm import Generation, TgiLlm
-from hippo_summariser.adapters.token_counter import GrpcTokenCounter
+from hippo_summariser.adapters.token_counter import GrpcTokenCounter, LocalTokenCounter
 from hippo_summariser.domain import audit
 from hippo_summariser.domain.merge import MergeConfig, Merger
 from hippo_summariser.domain.models import MergeEvent
@@ -146,9 +147,18 @@ def build(settings: SummariserSettings, observer: MergeObserver | None = None) -
             settings.injection_addr, settings.client, tls_settings=settings.tls
         )
         channels.append(injection)
-        counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
-        # Merges' counts are background work at the injection host, as their LLM calls.
-        merge_counter = GrpcTokenCounter(injection, settings.count_timeout_seconds, background=True)
+        counter: GrpcTokenCounter | LocalTokenCounter
+        merge_counter: GrpcTokenCounter | LocalTokenCounter
+        if settings.tokenizer_path:
+            # A model served elsewhere: its own tokenizer counts, here (no host call).
+            model = ModelTokenizer(settings.tokenizer_path)
+            counter = merge_counter = LocalTokenCounter(model)
+        else:
+            counter = GrpcTokenCounter(injection, settings.count_timeout_seconds)
+            # Merges' counts are background work at the injection host, as their LLM calls.
+            merge_counter = GrpcTokenCounter(
+                injection, settings.count_timeout_seconds, background=True
+            )
         llm_tls = tls.http_client_context(settings.tls) if settings.tls.enabled else None
         # Under TLS the injection host's HTTP API wants the summariser's certificate.
         llm = merge_llm(settings, llm_tls)

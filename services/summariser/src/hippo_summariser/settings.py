@@ -45,6 +45,12 @@ class SummariserSettings(ServiceSettings):
         description="The injection service (gRPC): its CountTokens counts every turn with the "
         "serving model's tokenizer.",
     )
+    tokenizer_path: str = Field(
+        "",
+        description="The reading model's folder or tokenizer.json: the window is counted "
+        "with that tokenizer, here, instead of injection_addr's CountTokens. Set it, as the "
+        "gateway's, when llm_url serves another model than the built-in one.",
+    )
     llm_url: str = Field(
         "http://127.0.0.1:8085",
         description="The merge LLM: with llm_backend tgi a text-generation-inference HTTP "

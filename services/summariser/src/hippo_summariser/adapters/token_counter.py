@@ -18,6 +18,7 @@ import grpc
 
 from hippo.injection.v1 import injection_pb2, injection_pb2_grpc
 from hippo_core.client import calling
+from hippo_core.tokenizer import ModelTokenizer
 
 BACKGROUND = (("x-hippo-priority", "background"),)
 
@@ -61,3 +62,18 @@ class GrpcTokenCounter:
                 injection_pb2.InfoRequest(), timeout=self._timeout, metadata=self._metadata
             )
         return list(reply.special_tokens)
+
+
+class LocalTokenCounter:
+    """The reading model's tokenizer from its files (`tokenizer_path`): for a model
+    served elsewhere, the window is counted by that model's own tokenizer, as the gateway
+    counts its prompts (hippo_core.tokenizer)."""
+
+    def __init__(self, model: ModelTokenizer) -> None:
+        self._model = model
+
+    async def count(self, texts: Sequence[str]) -> list[int]:
+        return [self._model.count_text(t) for t in texts]
+
+    async def special_tokens(self) -> list[str]:
+        return list(self._model.special_tokens)
