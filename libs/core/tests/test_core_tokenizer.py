@@ -60,7 +60,9 @@ def test_a_chat_template_renders_as_transformers_would(tmp_path: Path) -> None:
 
 
 def test_templates_are_sandboxed_and_can_refuse(tmp_path: Path) -> None:
-    refusing = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}"
+    refusing = (
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}"
+    )
     model = ModelTokenizer(with_template(tmp_path, refusing))
     with pytest.raises(TemplateError, match="user first"):
         model.render([("assistant", "x")])
