@@ -81,6 +81,7 @@ _SUBJECT = (
     (re.compile(r"^[Ii]\s+"), ""),
 )
 _CLAUSE = re.compile(r"(?<=[,;:])\s+|\s+(?=(?:and|but|so|because|which)\s)")
+_LINK = re.compile(r"^(?:and|but|so|because|which)\s+")  # what joined a clause on
 _WORD = re.compile(r"[\w'’-]+")
 _POSSESSIVE = re.compile(r"['’]s$")
 _PREFIX = re.compile(r"^[^:]{1,80}:\s+")  # "8 May 2023, Ana: " of a line this module wrote
@@ -137,7 +138,7 @@ class _Line:
 def _unit(text: str, held: Sequence[Fact]) -> _Unit:
     """A unit and its short form: the clauses that hold `held` (its facts), where they
     are fewer than all and hold every one of them."""
-    clauses = [c.rstrip(",;: ") for c in _CLAUSE.split(text) if c.strip()]
+    clauses = [_LINK.sub("", c.rstrip(",;: ")) for c in _CLAUSE.split(text) if c.strip()]
     kept = [c for c in clauses if len(facts.missing(held, c)) < len(held)]
     short = ", ".join(kept)
     if not held or len(kept) in (0, len(clauses)) or facts.missing(held, short):
