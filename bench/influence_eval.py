@@ -102,11 +102,11 @@ def main() -> None:
 
     from hippo_cli import locomo
     from hippo_cli.seed import exchanges
+    from hippo_injection.__main__ import open_store
     from hippo_injection.adapters import loader
     from hippo_injection.adapters.engine import TransformersEngine
     from hippo_injection.domain.memtok.pipeline import InfluencePipeline, Mode, PipelineSettings
     from hippo_injection.domain.memtok.policy import Policy
-    from hippo_injection.memtok_wiring import open_store
     from hippo_injection.settings import InjectionSettings
 
     torch.set_num_threads(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,7 +68,10 @@ def test_servicers_stay_thin() -> None:
 
 
 def test_services_do_not_import_each_other() -> None:
-    packages = {s.name: next(s.glob("src/hippo_*")).name for s in SERVICES}
+    # The package, not a build's hippo_x.egg-info beside it (glob order is arbitrary).
+    packages = {
+        s.name: next(p for p in s.glob("src/hippo_*") if "." not in p.name).name for s in SERVICES
+    }
     for name in packages:
         others = {p for n, p in packages.items() if n != name}
         for path in (ROOT / "services" / name / "src").rglob("*.py"):
@@ -83,3 +87,50 @@ def test_generated_code_is_never_hand_edited_location() -> None:
         if "libs/proto/src" not in p.as_posix() and ".venv" not in p.parts
     ]
     assert not stray, stray
+
+
+SERVICE_PACKAGES = {p.name for s in SERVICES for p in s.glob("src/hippo_*") if "." not in p.name}
+_MODULE_PATH = re.compile(r"(hippo_[a-z]+)\.([\w.]+?)(?::\w+)?")
+
+
+def _cli_violations(source: str, filename: str = "<source>") -> list[str]:
+    """What a CLI module reaches inside a service package, by import or by a module path
+    in a string (importlib.import_module("hippo_x.internal")): only a service's settings
+    (its configuration contract) may be read; everything else goes through the service's
+    API, its process (`python -m`) or its own console scripts."""
+    tree = ast.parse(source, filename=filename)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _MODULE_PATH.fullmatch(node.value)
+            modules = [f"{match.group(1)}.{match.group(2)}"] if match else []
+        for module in modules:
+            top, _, rest = module.partition(".")
+            if (top in SERVICE_PACKAGES and rest and rest != "settings") or (
+                top in SERVICE_PACKAGES
+                and not rest
+                and isinstance(node, ast.Import | ast.ImportFrom)
+            ):
+                found.append(module)
+    return found
+
+
+def test_the_cli_reaches_no_service_internals() -> None:
+    for path in (ROOT / "libs" / "cli" / "src").rglob("*.py"):
+        bad = _cli_violations(path.read_text(), str(path))
+        assert not bad, f"{path} reaches into {bad}"
+
+
+def test_the_cli_rule_catches_imports_and_importlib_strings() -> None:
+    assert _cli_violations(
+        "import importlib\nimportlib.import_module('hippo_injection.memtok_rebuild')"
+    ) == ["hippo_injection.memtok_rebuild"]
+    assert _cli_violations("from hippo_gateway.domain import memory") == ["hippo_gateway.domain"]
+    assert _cli_violations("import hippo_retrieval") == ["hippo_retrieval"]
+    ok = "x = 'hippo_gateway.settings:GatewaySettings'\nrun(['-m', 'hippo_gateway'])"
+    assert _cli_violations(ok) == []

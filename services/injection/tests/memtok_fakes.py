@@ -17,11 +17,11 @@ import numpy as np
 from pydantic import SecretStr
 
 from hippo_core.settings import DatabaseSettings
+from hippo_injection.__main__ import open_items
 from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
 from hippo_injection.domain.memtok.models import Observation, Vector
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
-from hippo_injection.memtok_wiring import open_items
 from hippo_injection.settings import InjectionSettings
 
 DAY_US = 86_400_000_000

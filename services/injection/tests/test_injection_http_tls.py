@@ -16,7 +16,7 @@ from hippo_core.certs import Authority, Issued
 from hippo_core.errors import Unavailable
 from hippo_core.settings import TlsSettings
 from hippo_injection.domain.service import InjectionService
-from hippo_injection.tgi_http import TgiHttpApi
+from hippo_injection.web.tgi import TgiHttpApi
 
 BODY = {"inputs": "Hello", "parameters": {"max_new_tokens": 2}}
 

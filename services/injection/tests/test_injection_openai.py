@@ -23,9 +23,9 @@ from hippo_core.errors import Unavailable
 from hippo_core.settings import TlsSettings
 from hippo_core.testing import ServiceProcess, metric, scrape
 from hippo_injection.domain.service import InjectionService
-from hippo_injection.openai_convert import StopHoldback, cut_at_stop
-from hippo_injection.openai_http import OpenAiHttpApi
-from hippo_injection.tgi_http import TgiHttpApi
+from hippo_injection.web.openai import OpenAiHttpApi
+from hippo_injection.web.openai_convert import StopHoldback, cut_at_stop
+from hippo_injection.web.tgi import TgiHttpApi
 
 PROMPT = "The capital of France is"
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy, the model counts on: no early <eos>

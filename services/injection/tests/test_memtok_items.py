@@ -19,12 +19,12 @@ import pytest
 from memtok_fakes import settings
 
 from hippo_core.errors import FailedPrecondition
+from hippo_injection.__main__ import open_items
 from hippo_injection.adapters import memtok_rows
 from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
 from hippo_injection.domain.memtok.buffer import MemoryReplyBuffer
 from hippo_injection.domain.memtok.models import Memtok, Observation, Packing, Source
 from hippo_injection.domain.memtok.ports import ItemStore, ReplyBuffer
-from hippo_injection.memtok_wiring import open_items
 
 T0 = 1_760_000_000_000_000
 SECRET = "Zanzibarique"  # a word that occurs nowhere else in the files

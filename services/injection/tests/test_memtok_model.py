@@ -3,21 +3,22 @@ the rare ones, `hippo memtok rebuild` moves a store to this model (real Gemma 3 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from injection_harness import MODEL_DIR
 from memtok_fakes import BagEmbedder, FakeValues, close, obs, open_store
 
-from hippo_cli.main import cli
+from hippo_injection.__main__ import open_store as open_real
 from hippo_injection.adapters.engine import TransformersEngine
 from hippo_injection.domain.memtok import salience
 from hippo_injection.domain.memtok.models import StoreModelMismatch
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.values import EngineValues
-from hippo_injection.memtok_wiring import open_store as open_real
 from hippo_injection.settings import InjectionSettings
 
 T0 = 1_760_000_000_000_000
@@ -38,7 +39,7 @@ def test_salience_ranks_rare_words_above_function_words(engine: TransformersEngi
 
 
 def test_real_values_and_rebuild_from_another_model(
-    engine: TransformersEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: TransformersEngine, tmp_path: Path
 ) -> None:
     fake = FakeValues("another-model", layer=3, hidden=engine.info.hidden_size)
     store = open_store(tmp_path, values=fake)
@@ -47,11 +48,22 @@ def test_real_values_and_rebuild_from_another_model(
     settings = InjectionSettings(data_dir=str(tmp_path), model_dir=str(MODEL_DIR))
     with pytest.raises(StoreModelMismatch, match="another-model"):
         open_real(settings, engine, BagEmbedder())
-    monkeypatch.setenv("HIPPO_INJECTION_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("HIPPO_INJECTION_MODEL_DIR", str(MODEL_DIR))
-    result = CliRunner().invoke(cli, ["memtok", "rebuild"])
-    assert result.exit_code == 0, result.output
-    assert f"rebuilt 1 memtoks for {engine.info.model} at layer 3" in result.output
+    env = {
+        **os.environ,
+        "HIPPO_INJECTION_DATA_DIR": str(tmp_path),
+        "HIPPO_INJECTION_MODEL_DIR": str(MODEL_DIR),
+        "HF_HUB_OFFLINE": "1",
+    }
+    # `hippo memtok rebuild` runs the injection package's own console script.
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "hippo"), "memtok", "rebuild"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"rebuilt 1 memtoks for {engine.info.model} at layer 3" in result.stdout
     store = open_real(settings, engine, BagEmbedder())  # accepted now
     try:
         (item,) = store.items.by_user("t", "u")

@@ -17,14 +17,13 @@ from memtok_fakes import BagEmbedder
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo.injection.v1 import injection_pb2_grpc
 from hippo_injection import convert
-from hippo_injection.__main__ import limits
+from hippo_injection.__main__ import build_pipeline, limits
 from hippo_injection.adapters.engine import TransformersEngine
 from hippo_injection.domain.memtok.pipeline import Mode
 from hippo_injection.domain.memtok.service import MemtokService
 from hippo_injection.domain.queue import ModelQueue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import GenerateRequest, Prompt, ScoreRequest
-from hippo_injection.memtok_wiring import build_pipeline
 from hippo_injection.settings import InjectionSettings
 
 T0 = 1_760_000_000_000_000

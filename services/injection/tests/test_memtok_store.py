@@ -12,13 +12,13 @@ import pytest
 from memtok_fakes import DAY_US, BagEmbedder, FakeValues, close, obs, open_store, settings
 
 from hippo_injection import memtok_rebuild
+from hippo_injection.__main__ import open_store as open_real
 from hippo_injection.adapters.engine import TransformersEngine
 from hippo_injection.domain.memtok import policy as rules
 from hippo_injection.domain.memtok.models import Packing, Source, StoreModelMismatch
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
 from hippo_injection.domain.memtok.values import EngineValues
-from hippo_injection.memtok_wiring import open_store as open_real
 
 T0 = 1_760_000_000_000_000
 

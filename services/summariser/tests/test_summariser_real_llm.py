@@ -4,6 +4,7 @@ makes the committed summary keep every fact whatever the small model wrote."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from summariser_harness import Injection, append, flush, ready, stub, summariser
@@ -46,6 +47,8 @@ def test_a_real_merge_is_validated_and_keeps_every_fact(
         summary_tokens="96",
         merge_input_tokens="4096",
         llm_timeout_seconds="200",
+        # The LLM path itself: `auto` picks the extractive merge for this base model.
+        merge_mode="llm",
     ) as proc:
         s = stub(ready(proc))
         for i in range(0, len(turns), 2):
@@ -66,3 +69,5 @@ def test_a_real_merge_is_validated_and_keeps_every_fact(
         assert invented not in state.summary
     assert metric(samples, "hippo_summariser_merges_total", result="committed") >= 1
     assert metric(samples, "hippo_summariser_llm_errors_total") == 0
+    merged = [json.loads(line) for line in proc.log_text().splitlines() if '"merged"' in line]
+    assert merged and all(m["mode"] == "llm" and m["llm_calls"] >= 1 for m in merged)

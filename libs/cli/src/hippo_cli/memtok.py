@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,17 +21,20 @@ def memtok() -> None:
 def rebuild() -> None:
     """Rebuild value vectors from the source words for the current model and layer.
 
-    Reads the injection service's settings (HIPPO_INJECTION_*); stop the service first
-    (the store has one owner)."""
-    module = importlib.import_module("hippo_injection.memtok_rebuild")
-    settings_module = importlib.import_module("hippo_injection.settings")
-    settings = settings_module.InjectionSettings()
-    where = module.missing(settings)  # cluster mode: the database is the store
-    if where:
-        click.echo(f"no memtok store at {where}", err=True)
-        sys.exit(1)
-    model, layer, done = module.rebuild(settings)
-    click.echo(f"rebuilt {done} memtoks for {model} at layer {layer}")
+    Runs the injection package's own `hippo-memtok-rebuild` with the injection service's
+    settings (HIPPO_INJECTION_*); stop the service first (the store has one owner)."""
+    script = shutil.which(
+        "hippo-memtok-rebuild",
+        path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    if script is None:
+        click.echo(
+            "error: hippo-memtok-rebuild not found: the injection package is not installed "
+            "in this environment",
+            err=True,
+        )
+        sys.exit(2)
+    sys.exit(subprocess.run([script], check=False).returncode)
 
 
 @memtok.command()

@@ -1,5 +1,5 @@
-"""`hippo memtok rebuild`: the store's value vectors again from their source words, for
-the model and layer these settings serve.
+"""`hippo-memtok-rebuild` (`hippo memtok rebuild` runs it): the store's value vectors
+again from their source words, for the model and layer these settings serve.
 
 Embedded default: run with the injection service stopped (the store has one owner: its
 key shard's WAL lock refuses a second). Cluster mode: the items are in PostgreSQL and
@@ -12,6 +12,7 @@ rewritten items up from the change feed."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,8 +30,7 @@ class _NoEmbedder:
 
 def rebuild(settings: InjectionSettings) -> tuple[str, int, int]:
     """(model id, layer, items rebuilt)."""
-    from hippo_injection.__main__ import load_engine
-    from hippo_injection.memtok_wiring import cluster, open_store
+    from hippo_injection.__main__ import cluster, load_engine, open_store
 
     engine = load_engine(settings)
     with contextlib.ExitStack() as stack:
@@ -49,7 +49,7 @@ def rebuild(settings: InjectionSettings) -> tuple[str, int, int]:
 
 def store_path(settings: InjectionSettings) -> Path:
     """The embedded store's file (what `missing` checks there)."""
-    from hippo_injection.memtok_wiring import sqlite_path
+    from hippo_injection.__main__ import sqlite_path
 
     return sqlite_path(settings)
 
@@ -57,8 +57,24 @@ def store_path(settings: InjectionSettings) -> Path:
 def missing(settings: InjectionSettings) -> str:
     """Where the store should be when it is not there; empty when there is one to
     rebuild (in cluster mode the database is the store: opening it creates its schema)."""
-    from hippo_injection.memtok_wiring import cluster
+    from hippo_injection.__main__ import cluster
 
     if cluster(settings) or store_path(settings).exists():
         return ""
     return str(store_path(settings))
+
+
+def main() -> None:
+    """The `hippo-memtok-rebuild` console script (`hippo memtok rebuild` runs it): the
+    injection package's own command, so the CLI never reaches into its internals."""
+    settings = InjectionSettings()
+    where = missing(settings)  # cluster mode: the database is the store
+    if where:
+        print(f"no memtok store at {where}", file=sys.stderr)
+        sys.exit(1)
+    model, layer, done = rebuild(settings)
+    print(f"rebuilt {done} memtoks for {model} at layer {layer}")
+
+
+if __name__ == "__main__":
+    main()

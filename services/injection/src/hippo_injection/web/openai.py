@@ -8,7 +8,7 @@ carries `usage`. Errors are OpenAI's JSON error object: 400 bad input, 403 a cal
 TLS rules refuse, 429 with Retry-After when the model queue is full, 503 before the model
 is loaded, 504 past the deadline.
 
-The TGI app's middlewares run first (tgi_http.py): under TLS the same callers as
+The TGI app's middlewares run first (web/tgi.py): under TLS the same callers as
 /generate may generate and /v1/models is open to any verified caller, as /info is; the
 X-Hippo-Priority header and the request deadline (HTTP_TIMEOUT_SECONDS) apply as there.
 This module only converts (openai_convert.py) and streams.
@@ -27,9 +27,9 @@ import structlog
 from aiohttp import web
 
 from hippo_core.errors import Code, HippoError, InvalidArgument, ResourceExhausted
-from hippo_injection import openai_convert as convert
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import Finish, Generated, GenerateRequest
+from hippo_injection.web import openai_convert as convert
 
 log = structlog.stdlib.get_logger("hippo.injection.openai")
 

@@ -5,7 +5,7 @@ which is what `text_generation.Client.generate` posts to), POST /generate,
 POST /generate_stream (server-sent events), GET /info, GET /health. Errors are TGI's
 ErrorResponse with its status codes: 422 validation, 429 overloaded, 503 not ready,
 504 deadline, 424 anything else. The same app serves the OpenAI-compatible routes under
-/v1 (openai_http.py, passed in as `extra`), with their own error shape. A client that
+/v1 (web/openai.py, passed in as `extra`), with their own error shape. A client that
 disconnects cancels its handler (`handler_cancellation`), which stops generation and
 removes the request's hooks.
 
@@ -44,10 +44,10 @@ from hippo_core.errors import (
     ResourceExhausted,
 )
 from hippo_core.settings import TlsSettings
-from hippo_injection import tgi_convert
 from hippo_injection.domain import queue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import Generated, Token
+from hippo_injection.web import tgi_convert
 
 log = structlog.stdlib.get_logger("hippo.injection.http")
 
@@ -64,7 +64,7 @@ PRIORITY_HEADER = "X-Hippo-Priority"
 
 
 class Routes(Protocol):
-    """More routes on this app (the OpenAI-compatible API, openai_http.py): the same
+    """More routes on this app (the OpenAI-compatible API, web/openai.py): the same
     callers, priority and deadline, their own error shape for paths under `prefix`."""
 
     prefix: str
