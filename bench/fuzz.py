@@ -26,7 +26,7 @@ first examples of each INTERNAL/UNKNOWN/hang are written to bench/out/fuzz.json 
 request bytes (hex), to reproduce them. The generator is importable
 (`Generator(seed).request(rpc)`): the gateway's tests run a fixed sample of it.
 
-    .venv/bin/python bench/fuzz.py [--per-rpc 10000] [--seed 1] [--concurrency 32]
+    .venv/bin/python bench/fuzz.py [--per-rpc 10000] [--seed 1] [--concurrency 16]
 """
 
 from __future__ import annotations
@@ -528,7 +528,7 @@ async def fuzz(
     per_rpc: Mapping[str, int],
     seed: int,
     *,
-    concurrency: int = 32,
+    concurrency: int = 16,
     hang_seconds: float = 30.0,
     health: Mapping[str, tuple[str, str]] | None = None,
     progress: bool = False,
@@ -632,7 +632,13 @@ def main() -> None:
     parser.add_argument("--per-rpc", type=int, default=10_000, help="requests per RPC")
     parser.add_argument("--chat", type=int, default=20, help="Chat requests (CPU LLM: slow)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--concurrency", type=int, default=32, help="calls in flight")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="calls in flight (16: the gateway's per-RPC admission bound; more and the "
+        "excess is refused with RESOURCE_EXHAUSTED before validation, fuzzing less)",
+    )
     parser.add_argument("--hang-seconds", type=float, default=60.0)
     parser.add_argument("--rpcs", default=",".join(r.name for r in RPCS))
     parser.add_argument("--addr", default="", help="fuzz this gateway instead of a new cluster")
