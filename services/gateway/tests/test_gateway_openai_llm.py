@@ -15,10 +15,11 @@ from pydantic import SecretStr
 from hippo_core import context as request_context
 from hippo_core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from hippo_core.listen import reserve_port
+from hippo_core.openai_compat import base_url
 from hippo_core.testing import service_process, wait_for
 from hippo_gateway.__main__ import llm
 from hippo_gateway.adapters.llm_client import TgiLlm
-from hippo_gateway.adapters.openai_llm import OpenAiLlm, base_url, messages_of
+from hippo_gateway.adapters.openai_llm import OpenAiLlm, messages_of
 from hippo_gateway.domain.models import Generation, Piece
 from hippo_gateway.settings import GatewaySettings
 

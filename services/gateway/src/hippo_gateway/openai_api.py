@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import ssl
 import time
 import uuid
@@ -31,7 +30,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from hippo_core import context as request_context
-from hippo_core import tls, tracing
+from hippo_core import openai_compat, tls, tracing
 from hippo_core.errors import (
     Code,
     DeadlineExceeded,
@@ -93,7 +92,7 @@ def _reply(
     headers = {}
     if isinstance(exc, ResourceExhausted):
         if exc.retry_after is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            headers["Retry-After"] = openai_compat.retry_after_header(exc.retry_after)
         else:  # over the stored-turn quota: waiting frees nothing (OpenAI clients read this)
             headers["x-should-retry"] = "false"
     log.info("http_error", status=status, reason=exc.reason, error=exc.message)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hippo_core import openai_compat
 from hippo_core.errors import InvalidArgument
 from hippo_gateway.domain import validation
 from hippo_gateway.domain.chat import Finished, Started
@@ -269,8 +270,4 @@ def models(created: int) -> dict[str, Any]:
     }
 
 
-def error(
-    message: str, kind: str, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    """OpenAI's error body."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+error = openai_compat.error_body  # OpenAI's error body (shared with the injection host)

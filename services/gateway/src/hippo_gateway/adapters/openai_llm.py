@@ -24,13 +24,12 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import openai
 from pydantic import SecretStr
 
 from hippo_core import context as request_context
-from hippo_core import tracing
+from hippo_core import openai_compat, tracing
 from hippo_core.errors import (
     DeadlineExceeded,
     FailedPrecondition,
@@ -45,12 +44,6 @@ from hippo_gateway.domain.models import Generation, Piece
 ApiStyle = Literal["completions", "chat"]
 START, END = "<start_of_turn>", "<end_of_turn>"
 _ROLE = {"user": "user", "model": "assistant", "system": "system"}
-
-
-def base_url(url: str) -> str:
-    """OpenAI clients want the API's root, /v1 included: a URL without a path gets it
-    (http://vllm:8000 -> http://vllm:8000/v1); one with a path is kept as given."""
-    return url.rstrip("/") + "/v1" if urlsplit(url).path in ("", "/") else url
 
 
 def messages_of(prompt: str) -> list[dict[str, str]]:
@@ -106,15 +99,8 @@ class OpenAiLlm:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         # Under TLS to the injection host the client presents the gateway's certificate.
-        http = openai.DefaultAsyncHttpxClient(verify=tls) if tls is not None else None
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url(url),
-            # Local servers want no key, but the client insists on one.
-            api_key=api_key.get_secret_value() or "none",
-            timeout=timeout_s,
-            max_retries=0,
-            default_headers=dict(headers or {}),
-            http_client=http,
+        self._client = openai_compat.async_client(
+            url, api_key.get_secret_value(), timeout_s, tls=tls, headers=headers
         )
         self._model = model
         self._style = style

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from hippo_core import openai_compat
 from hippo_core.errors import Code, HippoError, InvalidArgument, ResourceExhausted
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import Finish, Generated, GenerateRequest
@@ -55,7 +55,7 @@ def error_payload(exc: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
     if isinstance(exc, ResourceExhausted):
         code = "rate_limit_exceeded"
         if exc.retry_after is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            headers["Retry-After"] = openai_compat.retry_after_header(exc.retry_after)
     return status, convert.error(exc.message, kind, param, code), headers
 
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from hippo_core import openai_compat
 from hippo_core.errors import InvalidArgument
 from hippo_injection.domain.types import (
     Finish,
@@ -292,7 +293,4 @@ def models(name: str) -> dict[str, Any]:
     }
 
 
-def error(
-    message: str, kind: str, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+error = openai_compat.error_body  # OpenAI's error body (shared with the gateway's /v1)

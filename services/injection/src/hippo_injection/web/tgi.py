@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -34,7 +33,7 @@ import structlog
 from aiohttp import web
 
 from hippo_core import context as request_context
-from hippo_core import tls, tracing
+from hippo_core import openai_compat, tls, tracing
 from hippo_core.errors import (
     Code,
     DeadlineExceeded,
@@ -80,7 +79,7 @@ def _error_reply(exc: Exception) -> web.Response:
         status, kind = _STATUS.get(exc.code, (424, "generation"))
         headers = {}
         if isinstance(exc, ResourceExhausted) and exc.retry_after is not None:
-            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            headers["Retry-After"] = openai_compat.retry_after_header(exc.retry_after)
         return web.json_response(
             tgi_convert.error(exc.message, kind), status=status, headers=headers
         )

@@ -20,11 +20,11 @@ import asyncio
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import openai
 from pydantic import SecretStr
 
+from hippo_core import openai_compat
 from hippo_summariser.adapters.tgi_llm import BACKGROUND, Generation
 from hippo_summariser.domain.ports import Completion, LlmRejected, LlmUnavailable
 
@@ -32,12 +32,6 @@ ApiStyle = Literal["completions", "chat"]
 # The request itself is at fault: sending it again cannot succeed. A 404 (a wrong
 # llm_model or llm_url) is not: merges wait, and alert, until the setting is fixed.
 _REJECTED = (400, 413, 422)
-
-
-def base_url(url: str) -> str:
-    """OpenAI clients want the API's root, /v1 included: a URL without a path gets it
-    (http://vllm:8000 -> http://vllm:8000/v1); one with a path is kept as given."""
-    return url.rstrip("/") + "/v1" if urlsplit(url).path in ("", "/") else url
 
 
 class OpenAiLlm:
@@ -54,14 +48,8 @@ class OpenAiLlm:
         headers: Mapping[str, str] = BACKGROUND,
     ) -> None:
         # Under TLS to the injection host the client presents the summariser's certificate.
-        http = openai.DefaultAsyncHttpxClient(verify=tls) if tls is not None else None
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url(url),
-            api_key=api_key.get_secret_value() or "none",  # local servers want none
-            timeout=timeout,
-            max_retries=0,
-            default_headers=dict(headers),
-            http_client=http,
+        self._client = openai_compat.async_client(
+            url, api_key.get_secret_value(), timeout, tls=tls, headers=headers
         )
         self._model = model
         self._style = style
