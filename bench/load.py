@@ -53,7 +53,7 @@ from recall_latency import corpus, fill
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_cli.cluster import LocalCluster, local_cluster
-from hippo_core.testing import scrape
+from hippo_core.testing import scrape, service_children
 from hippo_embedding.adapters import load
 from hippo_embedding.settings import EmbeddingSettings
 
@@ -89,17 +89,8 @@ def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
 def service_pids(cluster: LocalCluster) -> dict[str, int]:
     """The launcher's service processes: name (retrieval, gateway, ...) -> pid."""
     assert cluster.launcher is not None
-    found: dict[str, int] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if ppid == cluster.launcher.pid and b"-m" in argv:
-                module = argv[argv.index(b"-m") + 1].decode()
-                found[module.removeprefix("hippo_")] = int(proc.name)
-    return found
+    found = service_children(cluster.launcher.pid)
+    return {module.removeprefix("hippo_"): pid for module, pid in found.items()}
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:

@@ -17,6 +17,7 @@ import pytest
 from hippo_cli.cluster import LocalCluster, local_cluster
 from hippo_cli.registry import SERVICES
 from hippo_core.listen import reserve_port
+from hippo_core.testing import service_children
 
 BIN = Path(sys.executable).parent
 
@@ -534,22 +535,6 @@ def test_a_forgotten_canary_is_in_no_file_and_no_service(cluster: LocalCluster) 
             channel.close()
 
 
-def _children(parent: int) -> dict[str, int]:
-    """The launcher's service processes: module name (hippo_retrieval, ...) -> pid."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if ppid == parent and b"-m" in argv:
-            found[argv[argv.index(b"-m") + 1].decode()] = int(proc.name)
-    return found
-
-
 def test_a_crashed_service_is_restarted_not_the_whole_cluster(cluster: LocalCluster) -> None:
     """SIGKILL one service of `make run`: the launcher logs it, restarts it on the same
     port and data dir after a backoff, the others keep running, and what was stored
@@ -557,12 +542,12 @@ def test_a_crashed_service_is_restarted_not_the_whole_cluster(cluster: LocalClus
     assert cluster.launcher is not None
     stored = _hippo(cluster, "remember", "--user", "crash", "--session", "s", "a durable walrus")
     assert stored.returncode == 0, stored.stderr
-    before = _children(cluster.launcher.pid)
+    before = service_children(cluster.launcher.pid)
     assert {"hippo_retrieval", "hippo_gateway"} <= set(before), before
     os.kill(before["hippo_retrieval"], 9)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        now = _children(cluster.launcher.pid)
+        now = service_children(cluster.launcher.pid)
         health = _hippo(cluster, "health", "--json")
         pid = now.get("hippo_retrieval")
         if pid not in (None, before["hippo_retrieval"]) and health.returncode == 0:

@@ -56,6 +56,23 @@ def metric(
     return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
 
 
+def service_children(parent: int) -> dict[str, int]:
+    """The service processes a launcher started (`python -m <module>`): module name
+    (hippo_retrieval, ...) -> pid, read from /proc."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == parent and b"-m" in argv:
+            found[argv[argv.index(b"-m") + 1].decode()] = int(proc.name)
+    return found
+
+
 @dataclass
 class ServiceProcess:
     process: subprocess.Popen[bytes]

@@ -96,11 +96,9 @@ class ModelTokenizer:
     def count_prompt(self, prompt: str) -> int:
         """Tokens of a whole prompt string as a server tokenises it: added tokens parsed,
         the BOS added by the post-processor unless the text already starts with it."""
-        with_specials = self._tokenizer.encode(prompt, add_special_tokens=True).ids
-        if self.bos_token and prompt.startswith(self.bos_token):
-            plain = self._tokenizer.encode(prompt, add_special_tokens=False).ids
-            return len(plain)  # a template that writes the BOS itself: not added twice
-        return len(with_specials)
+        # A template that writes the BOS itself: the post-processor must not add another.
+        writes_bos = bool(self.bos_token) and prompt.startswith(self.bos_token or "")
+        return len(self._tokenizer.encode(prompt, add_special_tokens=not writes_bos).ids)
 
     def rendered(self, messages: Sequence[tuple[str, str]]) -> Rendered:
         text = self.render(messages)
