@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.exceptions import InvalidTag
-from gateway_harness import FakeLog, gateway_database
+from gateway_harness import FakeLog, MakeStore, gateway_database
 from opentelemetry import trace
 from prometheus_client import REGISTRY
 
@@ -324,3 +324,23 @@ async def test_private_bodies_are_sealed_in_the_spool(tmp_path: Path) -> None:
 
 def _spool_bytes(data_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in data_dir.glob(f"{spool_store.FILE}*")}
+
+
+async def test_sealed_private_bodies_on_both_engines(make_store: MakeStore) -> None:
+    """The spool's rows hold the sealed body, never the words, in SQLite and in
+    PostgreSQL alike, and the audit service still receives the words intact."""
+    log = FakeLog()
+    log.down = True
+    store = make_store()
+    rec = AuditRecorder(log, spool.opener(store, FAST, seal_key=KEY), KEY)
+    await rec.start()
+    words = "the walrus code is 9QX-secret"
+    await rec.record(
+        AuditEvent("acme", "outcome", "alice", "s1", (), body={"n": 1}, private={"note": words})
+    )
+    rows = await asyncio.to_thread(store.peek, 10)
+    assert rows and all("walrus" not in item and "private_sealed" in item for _, item, _ in rows)
+    log.down = False
+    await until(lambda: len(log.entries) == 1)
+    assert log.entries[0].private == {"note": words}
+    await rec.close()
