@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hippo/embedding/v1/embedding.proto\x12\x12hippo.embedding.v1\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"a\n\rEmbedResponse\x12\x0f\n\x07vectors\x18\x01 \x01(\x0c\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\r\"\r\n\x0bInfoRequest\"\xbb\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x12\n\nnormalized\x18\x04 \x01(\x08\x12\x17\n\x0fvector_encoding\x18\x05 \x01(\t\x12\x11\n\tmax_texts\x18\x06 \x01(\r\x12\x11\n\tmax_chars\x18\x07 \x01(\r\x12\x11\n\tmax_batch\x18\x08 \x01(\r\x12\x12\n\nmax_tokens\x18\t \x01(\r\"\x12\n\x10\x44ropCacheRequest\",\n\x11\x44ropCacheResponse\x12\x17\n\x0f\x65ntries_dropped\x18\x01 \x01(\r2\x85\x02\n\x10\x45mbeddingService\x12L\n\x05\x45mbed\x12 .hippo.embedding.v1.EmbedRequest\x1a!.hippo.embedding.v1.EmbedResponse\x12I\n\x04Info\x12\x1f.hippo.embedding.v1.InfoRequest\x1a .hippo.embedding.v1.InfoResponse\x12X\n\tDropCache\x12$.hippo.embedding.v1.DropCacheRequest\x1a%.hippo.embedding.v1.DropCacheResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hippo/embedding/v1/embedding.proto\x12\x12hippo.embedding.v1\",\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12\r\n\x05model\x18\x02 \x01(\t\"a\n\rEmbedResponse\x12\x0f\n\x07vectors\x18\x01 \x01(\x0c\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\r\"\r\n\x0bInfoRequest\"\xea\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x12\n\nnormalized\x18\x04 \x01(\x08\x12\x17\n\x0fvector_encoding\x18\x05 \x01(\t\x12\x11\n\tmax_texts\x18\x06 \x01(\r\x12\x11\n\tmax_chars\x18\x07 \x01(\r\x12\x11\n\tmax_batch\x18\x08 \x01(\r\x12\x12\n\nmax_tokens\x18\t \x01(\r\x12-\n\x06models\x18\n \x03(\x0b\x32\x1d.hippo.embedding.v1.ModelInfo\"R\n\tModelInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x12\n\nmax_tokens\x18\x04 \x01(\r\"\x12\n\x10\x44ropCacheRequest\",\n\x11\x44ropCacheResponse\x12\x17\n\x0f\x65ntries_dropped\x18\x01 \x01(\r2\x85\x02\n\x10\x45mbeddingService\x12L\n\x05\x45mbed\x12 .hippo.embedding.v1.EmbedRequest\x1a!.hippo.embedding.v1.EmbedResponse\x12I\n\x04Info\x12\x1f.hippo.embedding.v1.InfoRequest\x1a .hippo.embedding.v1.InfoResponse\x12X\n\tDropCache\x12$.hippo.embedding.v1.DropCacheRequest\x1a%.hippo.embedding.v1.DropCacheResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,17 +32,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hippo.embedding.v1.embeddin
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EMBEDREQUEST']._serialized_start=58
-  _globals['_EMBEDREQUEST']._serialized_end=87
-  _globals['_EMBEDRESPONSE']._serialized_start=89
-  _globals['_EMBEDRESPONSE']._serialized_end=186
-  _globals['_INFOREQUEST']._serialized_start=188
-  _globals['_INFOREQUEST']._serialized_end=201
-  _globals['_INFORESPONSE']._serialized_start=204
-  _globals['_INFORESPONSE']._serialized_end=391
-  _globals['_DROPCACHEREQUEST']._serialized_start=393
-  _globals['_DROPCACHEREQUEST']._serialized_end=411
-  _globals['_DROPCACHERESPONSE']._serialized_start=413
-  _globals['_DROPCACHERESPONSE']._serialized_end=457
-  _globals['_EMBEDDINGSERVICE']._serialized_start=460
-  _globals['_EMBEDDINGSERVICE']._serialized_end=721
+  _globals['_EMBEDREQUEST']._serialized_end=102
+  _globals['_EMBEDRESPONSE']._serialized_start=104
+  _globals['_EMBEDRESPONSE']._serialized_end=201
+  _globals['_INFOREQUEST']._serialized_start=203
+  _globals['_INFOREQUEST']._serialized_end=216
+  _globals['_INFORESPONSE']._serialized_start=219
+  _globals['_INFORESPONSE']._serialized_end=453
+  _globals['_MODELINFO']._serialized_start=455
+  _globals['_MODELINFO']._serialized_end=537
+  _globals['_DROPCACHEREQUEST']._serialized_start=539
+  _globals['_DROPCACHEREQUEST']._serialized_end=557
+  _globals['_DROPCACHERESPONSE']._serialized_start=559
+  _globals['_DROPCACHERESPONSE']._serialized_end=603
+  _globals['_EMBEDDINGSERVICE']._serialized_start=606
+  _globals['_EMBEDDINGSERVICE']._serialized_end=867
 # @@protoc_insertion_point(module_scope)

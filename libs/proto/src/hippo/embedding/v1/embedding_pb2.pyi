@@ -1,16 +1,18 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("texts",)
+    __slots__ = ("texts", "model")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
+    model: str
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
     __slots__ = ("vectors", "count", "dimension", "model", "cached")
@@ -31,7 +33,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dimension", "backend", "normalized", "vector_encoding", "max_texts", "max_chars", "max_batch", "max_tokens")
+    __slots__ = ("model", "dimension", "backend", "normalized", "vector_encoding", "max_texts", "max_chars", "max_batch", "max_tokens", "models")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DIMENSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +43,7 @@ class InfoResponse(_message.Message):
     MAX_CHARS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     model: str
     dimension: int
     backend: str
@@ -50,7 +53,20 @@ class InfoResponse(_message.Message):
     max_chars: int
     max_batch: int
     max_tokens: int
-    def __init__(self, model: _Optional[str] = ..., dimension: _Optional[int] = ..., backend: _Optional[str] = ..., normalized: _Optional[bool] = ..., vector_encoding: _Optional[str] = ..., max_texts: _Optional[int] = ..., max_chars: _Optional[int] = ..., max_batch: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, model: _Optional[str] = ..., dimension: _Optional[int] = ..., backend: _Optional[str] = ..., normalized: _Optional[bool] = ..., vector_encoding: _Optional[str] = ..., max_texts: _Optional[int] = ..., max_chars: _Optional[int] = ..., max_batch: _Optional[int] = ..., max_tokens: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("model", "dimension", "backend", "max_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    dimension: int
+    backend: str
+    max_tokens: int
+    def __init__(self, model: _Optional[str] = ..., dimension: _Optional[int] = ..., backend: _Optional[str] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class DropCacheRequest(_message.Message):
     __slots__ = ()

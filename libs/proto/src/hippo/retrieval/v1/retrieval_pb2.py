@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hippo.memory.v1 import memory_pb2 as hippo_dot_memory_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hippo/retrieval/v1/retrieval.proto\x12\x12hippo.retrieval.v1\x1a\x1chippo/memory/v1/memory.proto\"\x96\x02\n\x07NewTurn\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12#\n\x04role\x18\x04 \x01(\x0e\x32\x15.hippo.memory.v1.Role\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0f\n\x07time_us\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12;\n\x08metadata\x18\x08 \x03(\x0b\x32).hippo.retrieval.v1.NewTurn.MetadataEntry\x12\x0e\n\x06vector\x18\t \x01(\x0c\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"c\n\x0cWriteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05turns\x18\x02 \x03(\x0b\x32\x1b.hippo.retrieval.v1.NewTurn\x12\x17\n\x0fwait_searchable\x18\x03 \x01(\x08\"d\n\rWriteResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\x08\x12.\n\x07records\x18\x02 \x03(\x0b\x32\x1d.hippo.memory.v1.MemoryRecord\x12\x12\n\nsearchable\x18\x03 \x01(\x08\"\x87\x02\n\rSearchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\x08start_us\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06\x65nd_us\x18\x05 \x01(\x03H\x01\x88\x01\x01\x12$\n\x05roles\x18\x06 \x03(\x0e\x32\x15.hippo.memory.v1.Role\x12\r\n\x05query\x18\x07 \x01(\t\x12\x0e\n\x06vector\x18\x08 \x01(\x0c\x12)\n\x04mode\x18\t \x01(\x0e\x32\x1b.hippo.memory.v1.RecallMode\x12\r\n\x05top_k\x18\n \x01(\x05\x42\x0b\n\t_start_usB\t\n\x07_end_us\"m\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.hippo.memory.v1.Hit\x12\x1a\n\x12lexical_candidates\x18\x02 \x01(\x05\x12\x1b\n\x13semantic_candidates\x18\x03 \x01(\x05\"A\n\nGetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nmemory_ids\x18\x03 \x03(\t\"=\n\x0bGetResponse\x12.\n\x07records\x18\x01 \x03(\x0b\x32\x1d.hippo.memory.v1.MemoryRecord\"X\n\rDeleteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmemory_ids\x18\x04 \x03(\t\"$\n\x0e\x44\x65leteResponse\x12\x12\n\nmemory_ids\x18\x01 \x03(\t\"\x1f\n\rStatusRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x9b\x01\n\x0eStatusResponse\x12\x10\n\x08last_seq\x18\x01 \x01(\x03\x12\x13\n\x0blexical_seq\x18\x02 \x01(\x03\x12\x12\n\nvector_seq\x18\x03 \x01(\x03\x12\x16\n\x0evector_backend\x18\x04 \x01(\t\x12\x11\n\tdimension\x18\x05 \x01(\x05\x12\r\n\x05turns\x18\x06 \x01(\x03\x12\x14\n\x0ctenant_turns\x18\x07 \x01(\x03\"\x10\n\x0eReindexRequest\"B\n\x0fReindexResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x03\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x32\xf1\x03\n\x10RetrievalService\x12L\n\x05Write\x12 .hippo.retrieval.v1.WriteRequest\x1a!.hippo.retrieval.v1.WriteResponse\x12O\n\x06Search\x12!.hippo.retrieval.v1.SearchRequest\x1a\".hippo.retrieval.v1.SearchResponse\x12\x46\n\x03Get\x12\x1e.hippo.retrieval.v1.GetRequest\x1a\x1f.hippo.retrieval.v1.GetResponse\x12O\n\x06\x44\x65lete\x12!.hippo.retrieval.v1.DeleteRequest\x1a\".hippo.retrieval.v1.DeleteResponse\x12O\n\x06Status\x12!.hippo.retrieval.v1.StatusRequest\x1a\".hippo.retrieval.v1.StatusResponse\x12T\n\x07Reindex\x12\".hippo.retrieval.v1.ReindexRequest\x1a#.hippo.retrieval.v1.ReindexResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"hippo/retrieval/v1/retrieval.proto\x12\x12hippo.retrieval.v1\x1a\x1chippo/memory/v1/memory.proto\"\xac\x02\n\x07NewTurn\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12#\n\x04role\x18\x04 \x01(\x0e\x32\x15.hippo.memory.v1.Role\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0f\n\x07time_us\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12;\n\x08metadata\x18\x08 \x03(\x0b\x32).hippo.retrieval.v1.NewTurn.MetadataEntry\x12\x0e\n\x06vector\x18\t \x01(\x0c\x12\x14\n\x0cvector_model\x18\n \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"c\n\x0cWriteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05turns\x18\x02 \x03(\x0b\x32\x1b.hippo.retrieval.v1.NewTurn\x12\x17\n\x0fwait_searchable\x18\x03 \x01(\x08\"}\n\rWriteResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\x08\x12.\n\x07records\x18\x02 \x03(\x0b\x32\x1d.hippo.memory.v1.MemoryRecord\x12\x12\n\nsearchable\x18\x03 \x01(\x08\x12\x17\n\x0f\x65mbedding_model\x18\x04 \x01(\t\"\x9d\x02\n\rSearchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\x08start_us\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06\x65nd_us\x18\x05 \x01(\x03H\x01\x88\x01\x01\x12$\n\x05roles\x18\x06 \x03(\x0e\x32\x15.hippo.memory.v1.Role\x12\r\n\x05query\x18\x07 \x01(\t\x12\x0e\n\x06vector\x18\x08 \x01(\x0c\x12)\n\x04mode\x18\t \x01(\x0e\x32\x1b.hippo.memory.v1.RecallMode\x12\r\n\x05top_k\x18\n \x01(\x05\x12\x14\n\x0cvector_model\x18\x0b \x01(\tB\x0b\n\t_start_usB\t\n\x07_end_us\"\x86\x01\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.hippo.memory.v1.Hit\x12\x1a\n\x12lexical_candidates\x18\x02 \x01(\x05\x12\x1b\n\x13semantic_candidates\x18\x03 \x01(\x05\x12\x17\n\x0f\x65mbedding_model\x18\x04 \x01(\t\"A\n\nGetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nmemory_ids\x18\x03 \x03(\t\"=\n\x0bGetResponse\x12.\n\x07records\x18\x01 \x03(\x0b\x32\x1d.hippo.memory.v1.MemoryRecord\"X\n\rDeleteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmemory_ids\x18\x04 \x03(\t\"$\n\x0e\x44\x65leteResponse\x12\x12\n\nmemory_ids\x18\x01 \x03(\t\"\x1f\n\rStatusRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xc8\x01\n\x0eStatusResponse\x12\x10\n\x08last_seq\x18\x01 \x01(\x03\x12\x13\n\x0blexical_seq\x18\x02 \x01(\x03\x12\x12\n\nvector_seq\x18\x03 \x01(\x03\x12\x16\n\x0evector_backend\x18\x04 \x01(\t\x12\x11\n\tdimension\x18\x05 \x01(\x05\x12\r\n\x05turns\x18\x06 \x01(\x03\x12\x14\n\x0ctenant_turns\x18\x07 \x01(\x03\x12\x17\n\x0f\x65mbedding_model\x18\x08 \x01(\t\x12\x12\n\ngeneration\x18\t \x01(\x03\")\n\x0eReindexRequest\x12\x17\n\x0f\x65mbedding_model\x18\x01 \x01(\t\"m\n\x0fReindexResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x03\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x10\n\x08\x65mbedded\x18\x04 \x01(\x03\x12\x17\n\x0f\x65mbedding_model\x18\x05 \x01(\t2\xf1\x03\n\x10RetrievalService\x12L\n\x05Write\x12 .hippo.retrieval.v1.WriteRequest\x1a!.hippo.retrieval.v1.WriteResponse\x12O\n\x06Search\x12!.hippo.retrieval.v1.SearchRequest\x1a\".hippo.retrieval.v1.SearchResponse\x12\x46\n\x03Get\x12\x1e.hippo.retrieval.v1.GetRequest\x1a\x1f.hippo.retrieval.v1.GetResponse\x12O\n\x06\x44\x65lete\x12!.hippo.retrieval.v1.DeleteRequest\x1a\".hippo.retrieval.v1.DeleteResponse\x12O\n\x06Status\x12!.hippo.retrieval.v1.StatusRequest\x1a\".hippo.retrieval.v1.StatusResponse\x12T\n\x07Reindex\x12\".hippo.retrieval.v1.ReindexRequest\x1a#.hippo.retrieval.v1.ReindexResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,33 +35,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEWTURN_METADATAENTRY']._loaded_options = None
   _globals['_NEWTURN_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_NEWTURN']._serialized_start=89
-  _globals['_NEWTURN']._serialized_end=367
-  _globals['_NEWTURN_METADATAENTRY']._serialized_start=320
-  _globals['_NEWTURN_METADATAENTRY']._serialized_end=367
-  _globals['_WRITEREQUEST']._serialized_start=369
-  _globals['_WRITEREQUEST']._serialized_end=468
-  _globals['_WRITERESPONSE']._serialized_start=470
-  _globals['_WRITERESPONSE']._serialized_end=570
-  _globals['_SEARCHREQUEST']._serialized_start=573
-  _globals['_SEARCHREQUEST']._serialized_end=836
-  _globals['_SEARCHRESPONSE']._serialized_start=838
-  _globals['_SEARCHRESPONSE']._serialized_end=947
-  _globals['_GETREQUEST']._serialized_start=949
-  _globals['_GETREQUEST']._serialized_end=1014
-  _globals['_GETRESPONSE']._serialized_start=1016
-  _globals['_GETRESPONSE']._serialized_end=1077
-  _globals['_DELETEREQUEST']._serialized_start=1079
-  _globals['_DELETEREQUEST']._serialized_end=1167
-  _globals['_DELETERESPONSE']._serialized_start=1169
-  _globals['_DELETERESPONSE']._serialized_end=1205
-  _globals['_STATUSREQUEST']._serialized_start=1207
-  _globals['_STATUSREQUEST']._serialized_end=1238
-  _globals['_STATUSRESPONSE']._serialized_start=1241
-  _globals['_STATUSRESPONSE']._serialized_end=1396
-  _globals['_REINDEXREQUEST']._serialized_start=1398
-  _globals['_REINDEXREQUEST']._serialized_end=1414
-  _globals['_REINDEXRESPONSE']._serialized_start=1416
-  _globals['_REINDEXRESPONSE']._serialized_end=1482
-  _globals['_RETRIEVALSERVICE']._serialized_start=1485
-  _globals['_RETRIEVALSERVICE']._serialized_end=1982
+  _globals['_NEWTURN']._serialized_end=389
+  _globals['_NEWTURN_METADATAENTRY']._serialized_start=342
+  _globals['_NEWTURN_METADATAENTRY']._serialized_end=389
+  _globals['_WRITEREQUEST']._serialized_start=391
+  _globals['_WRITEREQUEST']._serialized_end=490
+  _globals['_WRITERESPONSE']._serialized_start=492
+  _globals['_WRITERESPONSE']._serialized_end=617
+  _globals['_SEARCHREQUEST']._serialized_start=620
+  _globals['_SEARCHREQUEST']._serialized_end=905
+  _globals['_SEARCHRESPONSE']._serialized_start=908
+  _globals['_SEARCHRESPONSE']._serialized_end=1042
+  _globals['_GETREQUEST']._serialized_start=1044
+  _globals['_GETREQUEST']._serialized_end=1109
+  _globals['_GETRESPONSE']._serialized_start=1111
+  _globals['_GETRESPONSE']._serialized_end=1172
+  _globals['_DELETEREQUEST']._serialized_start=1174
+  _globals['_DELETEREQUEST']._serialized_end=1262
+  _globals['_DELETERESPONSE']._serialized_start=1264
+  _globals['_DELETERESPONSE']._serialized_end=1300
+  _globals['_STATUSREQUEST']._serialized_start=1302
+  _globals['_STATUSREQUEST']._serialized_end=1333
+  _globals['_STATUSRESPONSE']._serialized_start=1336
+  _globals['_STATUSRESPONSE']._serialized_end=1536
+  _globals['_REINDEXREQUEST']._serialized_start=1538
+  _globals['_REINDEXREQUEST']._serialized_end=1579
+  _globals['_REINDEXRESPONSE']._serialized_start=1581
+  _globals['_REINDEXRESPONSE']._serialized_end=1690
+  _globals['_RETRIEVALSERVICE']._serialized_start=1693
+  _globals['_RETRIEVALSERVICE']._serialized_end=2190
 # @@protoc_insertion_point(module_scope)

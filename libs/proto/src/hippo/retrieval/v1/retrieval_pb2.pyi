@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewTurn(_message.Message):
-    __slots__ = ("memory_id", "user_id", "session_id", "role", "text", "time_us", "client_id", "metadata", "vector")
+    __slots__ = ("memory_id", "user_id", "session_id", "role", "text", "time_us", "client_id", "metadata", "vector", "vector_model")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class NewTurn(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     VECTOR_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     memory_id: str
     user_id: str
     session_id: str
@@ -34,7 +35,8 @@ class NewTurn(_message.Message):
     client_id: str
     metadata: _containers.ScalarMap[str, str]
     vector: bytes
-    def __init__(self, memory_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role: _Optional[_Union[_memory_pb2.Role, str]] = ..., text: _Optional[str] = ..., time_us: _Optional[int] = ..., client_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ...) -> None: ...
+    vector_model: str
+    def __init__(self, memory_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., role: _Optional[_Union[_memory_pb2.Role, str]] = ..., text: _Optional[str] = ..., time_us: _Optional[int] = ..., client_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., vector: _Optional[bytes] = ..., vector_model: _Optional[str] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
     __slots__ = ("tenant", "turns", "wait_searchable")
@@ -47,17 +49,19 @@ class WriteRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[NewTurn, _Mapping]]] = ..., wait_searchable: _Optional[bool] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("created", "records", "searchable")
+    __slots__ = ("created", "records", "searchable", "embedding_model")
     CREATED_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     SEARCHABLE_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     created: _containers.RepeatedScalarFieldContainer[bool]
     records: _containers.RepeatedCompositeFieldContainer[_memory_pb2.MemoryRecord]
     searchable: bool
-    def __init__(self, created: _Optional[_Iterable[bool]] = ..., records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., searchable: _Optional[bool] = ...) -> None: ...
+    embedding_model: str
+    def __init__(self, created: _Optional[_Iterable[bool]] = ..., records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., searchable: _Optional[bool] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k")
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k", "vector_model")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +72,7 @@ class SearchRequest(_message.Message):
     VECTOR_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user_id: str
     session_id: str
@@ -78,17 +83,20 @@ class SearchRequest(_message.Message):
     vector: bytes
     mode: _memory_pb2.RecallMode
     top_k: int
-    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ...) -> None: ...
+    vector_model: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ..., vector_model: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "lexical_candidates", "semantic_candidates")
+    __slots__ = ("hits", "lexical_candidates", "semantic_candidates", "embedding_model")
     HITS_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     SEMANTIC_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[_memory_pb2.Hit]
     lexical_candidates: int
     semantic_candidates: int
-    def __init__(self, hits: _Optional[_Iterable[_Union[_memory_pb2.Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ...) -> None: ...
+    embedding_model: str
+    def __init__(self, hits: _Optional[_Iterable[_Union[_memory_pb2.Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "memory_ids")
@@ -131,7 +139,7 @@ class StatusRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns")
+    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns", "embedding_model", "generation")
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_SEQ_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +147,8 @@ class StatusResponse(_message.Message):
     DIMENSION_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     TENANT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     last_seq: int
     lexical_seq: int
     vector_seq: int
@@ -146,18 +156,26 @@ class StatusResponse(_message.Message):
     dimension: int
     turns: int
     tenant_turns: int
-    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ...) -> None: ...
+    embedding_model: str
+    generation: int
+    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ..., embedding_model: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ReindexRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("embedding_model",)
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    embedding_model: str
+    def __init__(self, embedding_model: _Optional[str] = ...) -> None: ...
 
 class ReindexResponse(_message.Message):
-    __slots__ = ("applied", "last_seq", "done")
+    __slots__ = ("applied", "last_seq", "done", "embedded", "embedding_model")
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     applied: int
     last_seq: int
     done: bool
-    def __init__(self, applied: _Optional[int] = ..., last_seq: _Optional[int] = ..., done: _Optional[bool] = ...) -> None: ...
+    embedded: int
+    embedding_model: str
+    def __init__(self, applied: _Optional[int] = ..., last_seq: _Optional[int] = ..., done: _Optional[bool] = ..., embedded: _Optional[int] = ..., embedding_model: _Optional[str] = ...) -> None: ...
