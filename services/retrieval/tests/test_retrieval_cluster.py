@@ -108,7 +108,7 @@ class Cluster:
             lease = database.lease(f"vector-projector:{self.server.shared_name}")
         service = RetrievalService(
             PostgresTurnStore(database),
-            LocalIndexSet(self.root / name, dimension=DIM, server=self.server, lease=lease),
+            LocalIndexSet(self.root / name, server=self.server, lease=lease),
             fusion=FusionConfig(),
             projection=ProjectionConfig(commit_interval_s=interval, commit_every=1000),
             limits=Limits(max_turns=64, dimension=DIM),

@@ -48,7 +48,7 @@ def turn(text: str, seed: int, user: str = "u1") -> NewTurn:
 def make(root: Path, delay: float | None) -> RetrievalService:
     return RetrievalService(
         SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root, dimension=DIM),
+        LocalIndexSet(root),
         fusion=FusionConfig(),
         projection=ProjectionConfig(commit_interval_s=0.1, purge_delay_s=delay),
         limits=Limits(max_turns=64, dimension=DIM),

@@ -45,7 +45,7 @@ def turn(text: str, *, user: str = "u1", session: str = "s1", seed: int = 0) -> 
 def make(root: Path, interval: float = 0.5) -> RetrievalService:
     return RetrievalService(
         SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root, dimension=DIM),
+        LocalIndexSet(root),
         fusion=FusionConfig(),
         projection=ProjectionConfig(commit_interval_s=interval, commit_every=1000),
         limits=Limits(max_turns=64, dimension=DIM),
@@ -269,7 +269,7 @@ async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
     server = QdrantServer("http://unused", None, "turns", 5.0, connect=lambda: shared)
     service = RetrievalService(
         SqliteTurnStore(tmp_path / "turns.sqlite3"),
-        LocalIndexSet(tmp_path, dimension=DIM, server=server),
+        LocalIndexSet(tmp_path, server=server),
         fusion=FusionConfig(),
         projection=ProjectionConfig(),
         limits=Limits(max_turns=64, dimension=DIM),

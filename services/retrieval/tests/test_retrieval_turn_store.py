@@ -30,6 +30,7 @@ from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_core.pgserver import PostgresServer
 from hippo_core.postgres import Database
 from hippo_core.settings import DatabaseSettings
+from hippo_retrieval.adapters import sqlite_store
 from hippo_retrieval.adapters.postgres_store import MIGRATIONS, SCHEMA, PostgresTurnStore
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
 from hippo_retrieval.domain.models import Deletion, NewTurn, Role, StoredTurn
@@ -146,7 +147,7 @@ def test_sqlite_opens_with_the_promised_settings(tmp_path: Path) -> None:
         assert db.exists()  # parent directories were created
         conn = sqlite3.connect(db)
         assert conn.execute("PRAGMA journal_mode").fetchall() == [("wal",)]
-        assert conn.execute("PRAGMA user_version").fetchall() == [(1,)]
+        assert conn.execute("PRAGMA user_version").fetchall() == [(len(sqlite_store.MIGRATIONS),)]
         conn.close()
         conn = store._conn  # the pragmas below are per connection
         assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
@@ -898,3 +899,36 @@ def test_erased_text_is_vacuumed_from_the_postgres_files(
     finally:
         s.close()
         db.close()
+
+
+# -- vectors of other embedding models -----------------------------------------------------
+
+
+def test_the_model_of_a_vector_is_stored_with_it(store: Store) -> None:
+    vector = np.arange(4, dtype=np.float32)
+    (named, _), (bare, _) = store.append([_turn(1, vector=vector, vector_model="m1"), _turn(2)])
+    assert named.vector_model == "m1" and bare.vector_model == ""
+    got = {t.memory_id: t for t in store.get("t1", "u1", [named.memory_id, bare.memory_id])}
+    assert got[named.memory_id].vector_model == "m1"
+    assert got[bare.memory_id].vector is None and got[bare.memory_id].vector_model == ""
+    (change,) = [c for c in store.changes(0, 10) if c.memory_id == named.memory_id]
+    assert isinstance(change, StoredTurn) and change.vector_model == "m1"
+
+
+def test_other_models_vectors_are_kept_per_model_and_erased_with_the_turn(store: Store) -> None:
+    (a, _), (b, _) = store.append([_turn(1), _turn(2)])
+    va, vb = np.full(3, 0.5, np.float32), np.full(3, -0.25, np.float32)
+    kept = store.put_model_vectors("m2", [("t1", a.memory_id, va), ("t1", b.memory_id, vb)])
+    assert kept == 2
+    assert store.put_model_vectors("m2", [("t1", a.memory_id, vb)]) == 1  # replaced
+    keys = [("t1", a.memory_id), ("t1", b.memory_id), ("t1", "missing")]
+    found = store.model_vectors("m2", keys)
+    assert set(found) == set(keys[:2])
+    np.testing.assert_array_equal(found[keys[0]], vb)
+    assert store.model_vectors("m3", keys) == {}  # keyed by model
+    assert store.model_vectors("m2", [("t2", a.memory_id)]) == {}  # and by tenant
+    store.delete("t1", "u1", memory_ids=[a.memory_id])
+    assert set(store.model_vectors("m2", keys)) == {keys[1]}
+    # A turn erased before its vector arrives gets none (a re-embedding racing Forget).
+    assert store.put_model_vectors("m2", [("t1", a.memory_id, va)]) == 0
+    assert store.model_vectors("m2", keys[:1]) == {}

@@ -508,10 +508,8 @@ def test_concurrent_searches_and_applies(index: Index) -> None:
 def test_a_server_that_does_not_answer_fails_fast(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         QdrantServer("http://127.0.0.1:9", None, "c", 0)
-    indexes = LocalIndexSet(
-        tmp_path, dimension=4, server=QdrantServer("http://127.0.0.1:9", None, "c", 1.0)
-    )
+    indexes = LocalIndexSet(tmp_path, server=QdrantServer("http://127.0.0.1:9", None, "c", 1.0))
     started = time.monotonic()
     with pytest.raises(Exception):  # noqa: B017 - whatever the transport raises
-        indexes.open(1)  # port 9 (discard): refused at once
+        indexes.open(1, 4)  # port 9 (discard): refused at once
     assert time.monotonic() - started < 10

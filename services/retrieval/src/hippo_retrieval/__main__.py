@@ -11,9 +11,11 @@ import grpc
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.server.app import Service, run
 from hippo_core.server.authz import OPERATOR, callers
+from hippo_retrieval.adapters.embedding_client import GrpcEmbedder
 from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
 from hippo_retrieval.adapters.shared_vectors import WriterLease
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
+from hippo_retrieval.domain.models import EmbeddingModel
 from hippo_retrieval.domain.ports import Replicas, TurnStore
 from hippo_retrieval.domain.retriever import LEXICAL, SEMANTIC, FusionConfig
 from hippo_retrieval.domain.service import ProjectionConfig, RetrievalService
@@ -81,9 +83,15 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         )
         if server is not None:
             lease = database.lease(f"vector-projector:{server.shared_name}")
+    embedder: GrpcEmbedder | None = None
+    if settings.embedding_addr:
+        embedder = GrpcEmbedder(
+            settings.embedding_addr, settings.embedding_timeout_seconds, settings.tls
+        )
+        release = _both(release, embedder.close)
     service = RetrievalService(
         store,
-        LocalIndexSet(root, dimension=settings.dimension, server=server, lease=lease),
+        LocalIndexSet(root, server=server, lease=lease),
         fusion=FusionConfig(
             k=settings.rrf_k,
             weights={LEXICAL: settings.lexical_weight, SEMANTIC: settings.semantic_weight},
@@ -99,8 +107,20 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         limits=Limits(max_turns=settings.max_turns_per_write, dimension=settings.dimension),
         threads=settings.threads,
         replicas=replicas,
+        embedding=EmbeddingModel(settings.embedding_model, settings.dimension),
+        embedder=embedder,
     )
     return service, release
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def close() -> None:
+        try:
+            first()
+        finally:
+            second()
+
+    return close
 
 
 def build(settings: RetrievalSettings) -> Service:

@@ -54,6 +54,7 @@ def new_turns(request: retrieval_pb2.WriteRequest) -> list[NewTurn]:
             client_id=t.client_id,
             metadata=dict(t.metadata),
             vector=vector(t.vector, f"turns[{i}].vector"),
+            vector_model=t.vector_model,
         )
         for i, t in enumerate(request.turns)
     ]
@@ -78,6 +79,7 @@ def write_response(result: WriteResult) -> retrieval_pb2.WriteResponse:
         created=[created for _, created in result.turns],
         records=[record(turn) for turn, _ in result.turns],
         searchable=result.searchable,
+        embedding_model=result.embedding_model,
     )
 
 
@@ -114,6 +116,7 @@ def search_response(result: SearchResult) -> retrieval_pb2.SearchResponse:
         hits=[hit(h) for h in result.hits],
         lexical_candidates=result.lexical_candidates,
         semantic_candidates=result.semantic_candidates,
+        embedding_model=result.embedding_model,
     )
 
 
@@ -126,10 +129,16 @@ def status_response(status: Status) -> retrieval_pb2.StatusResponse:
         dimension=status.dimension,
         turns=status.turns,
         tenant_turns=status.tenant_turns,
+        embedding_model=status.embedding_model,
+        generation=status.generation,
     )
 
 
 def reindex_response(progress: ReindexProgress) -> retrieval_pb2.ReindexResponse:
     return retrieval_pb2.ReindexResponse(
-        applied=progress.applied, last_seq=progress.last_seq, done=progress.done
+        applied=progress.applied,
+        last_seq=progress.last_seq,
+        done=progress.done,
+        embedded=progress.embedded,
+        embedding_model=progress.embedding_model,
     )

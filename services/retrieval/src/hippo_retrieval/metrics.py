@@ -34,6 +34,16 @@ LAG = Gauge(
     ["index"],
 )
 REINDEXES = Counter("hippo_retrieval_reindexes", "Completed index rebuilds.")
+TURNS_EMBEDDED = Counter(
+    "hippo_retrieval_turns_embedded",
+    "Turns embedded here for an index of another model than their stored vector's "
+    "(a reindex with a new embedding model, writes during the switch).",
+)
+QUERY_REEMBEDDED = Counter(
+    "hippo_retrieval_queries_reembedded",
+    "Searches whose query vector came from another model than the index's, embedded "
+    "again here (callers that had not yet learnt of a switch).",
+)
 VISIBLE_WAIT = Histogram(
     "hippo_retrieval_visible_wait_seconds",
     "Time a write waited to become searchable (wait_searchable writes and deletes): here "

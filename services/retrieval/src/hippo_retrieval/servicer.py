@@ -45,6 +45,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             convert.vector(request.vector, "vector"),
             convert.mode(request.mode),
             request.top_k or 10,
+            request.vector_model,
         )
         return convert.search_response(result)
 
@@ -76,5 +77,5 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def Reindex(
         self, request: retrieval_pb2.ReindexRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retrieval_pb2.ReindexResponse]:
-        async for progress in self._domain().reindex():
+        async for progress in self._domain().reindex(request.embedding_model):
             yield convert.reindex_response(progress)

@@ -52,7 +52,29 @@ class RetrievalSettings(ServiceSettings):
         "twice the heartbeat.",
     )
     dimension: int = Field(
-        384, ge=1, le=65536, description="Vector size; must match the embedding model."
+        384,
+        ge=1,
+        le=65536,
+        description="Vector size of embedding_model (the first index's; an index rebuilt "
+        "with another model records that model's own).",
+    )
+    embedding_model: str = Field(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        min_length=1,
+        description="The embedding model of the first index generation and of vectors "
+        "stored before models were recorded. Change the model with `hippo reindex "
+        "--embedding-model NAME`, not here (docs/recall.md).",
+    )
+    embedding_addr: str = Field(
+        "127.0.0.1:50052",
+        description="The embedding service, asked only for vectors of another model than "
+        "a turn's (a reindex with a new model; writes and queries during the switch). "
+        "Empty: none; such a reindex, write or query is then FAILED_PRECONDITION.",
+    )
+    embedding_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Deadline of each Embed call (up to 256 texts) made while re-embedding.",
     )
     qdrant_url: str = Field(
         "",

@@ -7,6 +7,9 @@ Layout under the data dir:
                                erased documents (the purge rebuild removes it)
     indexes/g000001/lexical/   Tantivy index
     indexes/g000001/vectors/   qdrant-edge shard (+ vectors.applied.json beside it)
+    indexes/g000001/EMBEDDING  the embedding model its vectors come from (JSON: name,
+                               dimension), written before the generation is built;
+                               absent in generations made before models were recorded
 
 With a Qdrant server, the vectors of generation n live in the collection
 `<collection>_g<n>` (and its `_meta` companion) instead; the Tantivy index stays local.
@@ -20,6 +23,7 @@ alone (other replicas are searching it); docs/recall.md says how to rebuild it.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Callable
@@ -32,10 +36,12 @@ from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.adapters.shared_vectors import LeasedVectorIndex, WriterLease
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
+from hippo_retrieval.domain.models import EmbeddingModel
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
 
 CURRENT = "CURRENT"
 PURGE = "PURGE"
+EMBEDDING = "EMBEDDING"
 
 
 class QdrantServer:
@@ -90,7 +96,6 @@ class LocalIndexSet:
         self,
         root: Path,
         *,
-        dimension: int = 384,
         server: QdrantServer | None = None,
         lease: WriterLease | None = None,
     ) -> None:
@@ -98,7 +103,6 @@ class LocalIndexSet:
             raise ValueError("a shared vector index needs a Qdrant server")
         self._root = Path(root) / "indexes"
         self._root.mkdir(parents=True, exist_ok=True)
-        self._dimension = dimension
         self._server = server
         self._lease = lease
         self._shared: LeasedVectorIndex | None = None
@@ -133,38 +137,58 @@ class LocalIndexSet:
         else:
             path.unlink(missing_ok=True)
 
-    def open(self, generation: int) -> tuple[LexicalIndex, VectorIndex]:
+    @property
+    def shared_vectors(self) -> bool:
+        return self._lease is not None
+
+    def embedding(self, generation: int) -> EmbeddingModel | None:
+        path = self._dir(generation) / EMBEDDING
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return EmbeddingModel(str(record["name"]), int(record["dimension"]))
+
+    def set_embedding(self, generation: int, model: EmbeddingModel) -> None:
+        folder = self._dir(generation)
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {"name": model.name, "dimension": model.dimension}
+        write_atomic(folder / EMBEDDING, json.dumps(record).encode("utf-8"))
+
+    def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
         folder = self._dir(generation)
         lexical = TantivyIndex(folder / "lexical")
         try:
             vectors: VectorIndex
             if self._server is None:
-                vectors = EdgeVectorIndex(folder / "vectors", self._dimension)
+                vectors = EdgeVectorIndex(folder / "vectors", dimension)
             elif self._lease is not None:
-                vectors = self._shared_index(self._server, self._lease)
+                vectors = self._shared_index(self._server, self._lease, dimension)
             else:
-                vectors = self._collection(self._server, self._server.name(generation))
+                vectors = self._collection(self._server, self._server.name(generation), dimension)
         except BaseException:
             lexical.close()
             raise
         return lexical, vectors
 
-    def _collection(self, server: QdrantServer, name: str) -> QdrantVectorIndex:
+    def _collection(self, server: QdrantServer, name: str, dimension: int) -> QdrantVectorIndex:
         client = server.client()
         try:
             return QdrantVectorIndex(
                 client,
                 collection=name,
-                dimension=self._dimension,
+                dimension=dimension,
                 concurrent_searches=server.concurrent_searches,
             )
         except BaseException:
             client.close()
             raise
 
-    def _shared_index(self, server: QdrantServer, lease: WriterLease) -> LeasedVectorIndex:
+    def _shared_index(
+        self, server: QdrantServer, lease: WriterLease, dimension: int
+    ) -> LeasedVectorIndex:
         if self._shared is None:
-            self._shared = LeasedVectorIndex(self._collection(server, server.shared_name), lease)
+            collection = self._collection(server, server.shared_name, dimension)
+            self._shared = LeasedVectorIndex(collection, lease)
         return self._shared
 
     def remove(self, generation: int) -> None:

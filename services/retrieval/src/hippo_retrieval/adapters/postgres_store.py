@@ -47,12 +47,14 @@ from hippo_core.postgres import Database, Migration
 from hippo_retrieval.adapters.turn_rows import (
     TURN_COLUMNS,
     Row,
+    decode_vector,
+    encode_vector,
     feed_entries,
     from_row,
     stored,
     to_row,
 )
-from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn
+from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn, Vector
 
 SCHEMA = "hippo_retrieval"
 WHAT = "turn store"
@@ -105,7 +107,21 @@ CREATE TABLE replicas (
     wanted_seq   bigint NOT NULL DEFAULT 0,
     heartbeat_us bigint NOT NULL
 );
-"""
+""",
+    # 2: vectors keyed by embedding model (sqlite_store.py's migration 2). Erasing a
+    # turn erases its other models' vectors in the same statement (the foreign key), so
+    # a re-embedding that races an erasure cannot leave a vector of erased text behind.
+    """
+ALTER TABLE turns ADD COLUMN vector_model text NOT NULL DEFAULT '';
+CREATE TABLE model_vectors (
+    tenant    text NOT NULL,
+    memory_id text NOT NULL,
+    model     text NOT NULL,
+    vector    bytea NOT NULL,
+    PRIMARY KEY (tenant, memory_id, model),
+    FOREIGN KEY (tenant, memory_id) REFERENCES turns (tenant, memory_id) ON DELETE CASCADE
+);
+""",
 ]
 
 
@@ -194,8 +210,8 @@ class PostgresTurnStore:
             )
             cursor.executemany(
                 "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
-                "time_us, client_id, metadata, vector, position) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                "time_us, client_id, metadata, vector, vector_model, position) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 [(seq, *row, position) for seq, _, row, position in items],
             )
 
@@ -338,7 +354,56 @@ class PostgresTurnStore:
         holds the table past the lock timeout) it is logged, and the next one (or
         autovacuum) completes the scrub."""
         with self._vacuum_lock:  # this process's deletes queue here, not on the lock
-            self._db.vacuum("turns", "sessions")
+            self._db.vacuum("turns", "sessions", "model_vectors")
+
+    def model_vectors(
+        self, model: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Vector]:
+        """As SqliteTurnStore.model_vectors."""
+        keys = [k for k in keys if _storable(*k)]
+        if not keys:
+            return {}
+        self._check_open()
+        with self._db.transaction(WHAT) as conn:
+            rows = conn.execute(
+                "SELECT v.tenant, v.memory_id, v.vector FROM unnest(%s::text[], %s::text[]) "
+                "AS k(tenant, memory_id) JOIN model_vectors v ON v.tenant = k.tenant "
+                "AND v.memory_id = k.memory_id AND v.model = %s",
+                ([k[0] for k in keys], [k[1] for k in keys], model),
+            ).fetchall()
+        out: dict[tuple[str, str], Vector] = {}
+        for tenant, memory_id, blob in rows:
+            vector = decode_vector(bytes(blob))
+            assert vector is not None
+            out[(str(tenant), str(memory_id))] = vector
+        return out
+
+    def put_model_vectors(self, model: str, rows: Sequence[tuple[str, str, Vector]]) -> int:
+        """As SqliteTurnStore.put_model_vectors. The foreign key's check locks the turn,
+        so an erasure that committed first leaves nothing to join (or fails the check,
+        and the projector's retry finds the turn gone), and one that comes after erases
+        the vector with the turn (ON DELETE CASCADE)."""
+        if not rows:
+            return 0
+        self._check_open()
+
+        def put(conn: psycopg.Connection[Any]) -> int:
+            result = conn.execute(
+                "INSERT INTO model_vectors (tenant, memory_id, model, vector) "
+                "SELECT t.tenant, t.memory_id, %s, k.vector FROM unnest(%s::text[], "
+                "%s::text[], %s::bytea[]) AS k(tenant, memory_id, vector) JOIN turns t "
+                "ON t.tenant = k.tenant AND t.memory_id = k.memory_id "
+                "ON CONFLICT (tenant, memory_id, model) DO UPDATE SET vector = EXCLUDED.vector",
+                (
+                    model,
+                    [r[0] for r in rows],
+                    [r[1] for r in rows],
+                    [encode_vector(r[2]) for r in rows],
+                ),
+            )
+            return result.rowcount
+
+        return self._db.run(put, WHAT)
 
     def last_seq(self) -> int:
         """The feed head: the highest committed seq (0 for a new store)."""

@@ -35,12 +35,14 @@ from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_retrieval.adapters.turn_rows import (
     TURN_COLUMNS,
     Row,
+    decode_vector,
+    encode_vector,
     feed_entries,
     from_row,
     stored,
     to_row,
 )
-from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn
+from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn, Vector
 
 NAME = "turn store"
 
@@ -78,7 +80,21 @@ CREATE TABLE sessions (
 ) WITHOUT ROWID;
 CREATE INDEX turns_by_session ON turns (tenant, user_id, session_id, position);
 CREATE INDEX turns_by_time ON turns (tenant, user_id, time_us);
-"""
+""",
+    # 2: vectors keyed by embedding model. A turn's own vector records its model (""
+    # for rows written before: the legacy model, RetrievalSettings.embedding_model); the
+    # vectors an index rebuilt with another model needed are kept per model beside it,
+    # so the next rebuild (a purge after an erasure) does not embed everything again.
+    """
+ALTER TABLE turns ADD COLUMN vector_model TEXT NOT NULL DEFAULT '';
+CREATE TABLE model_vectors (
+    tenant    TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    model     TEXT NOT NULL,
+    vector    BLOB NOT NULL,
+    PRIMARY KEY (tenant, memory_id, model)
+) WITHOUT ROWID;
+""",
 ]
 
 # Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
@@ -243,6 +259,10 @@ class SqliteTurnStore:
             for seq, memory_id, _, _ in victims:
                 conn.execute("DELETE FROM turns WHERE seq = ?", (seq,))
                 conn.execute(
+                    "DELETE FROM model_vectors WHERE tenant = ? AND memory_id = ?",
+                    (tenant, memory_id),
+                )
+                conn.execute(
                     "INSERT INTO changes (op, tenant, memory_id) VALUES ('delete', ?, ?)",
                     (tenant, memory_id),
                 )
@@ -278,6 +298,39 @@ class SqliteTurnStore:
             with self._locked() as conn:
                 hippo_sqlite.purge_wal(conn, NAME)
         return [str(memory_id) for _, memory_id, _, _ in victims]
+
+    def model_vectors(
+        self, model: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Vector]:
+        """The kept vectors of `model` for these (tenant, memory_id) turns; missing skipped."""
+        out: dict[tuple[str, str], Vector] = {}
+        with self._locked() as conn:
+            for tenant, memory_id in keys:
+                row = conn.execute(
+                    "SELECT vector FROM model_vectors WHERE tenant = ? AND memory_id = ? "
+                    "AND model = ?",
+                    (tenant, memory_id, model),
+                ).fetchone()
+                if row is not None:
+                    vector = decode_vector(bytes(row[0]))
+                    assert vector is not None
+                    out[(tenant, memory_id)] = vector
+        return out
+
+    def put_model_vectors(self, model: str, rows: Sequence[tuple[str, str, Vector]]) -> int:
+        """Keep `model`'s vectors of these turns, durably; a turn erased meanwhile gets
+        none (checked in the same transaction as the write). Returns how many were kept."""
+        kept = 0
+        with self._transaction() as conn:
+            for tenant, memory_id, vector in rows:
+                cursor = conn.execute(
+                    "INSERT OR REPLACE INTO model_vectors (tenant, memory_id, model, vector) "
+                    "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM turns "
+                    "WHERE tenant = ? AND memory_id = ?)",
+                    (tenant, memory_id, model, encode_vector(vector), tenant, memory_id),
+                )
+                kept += cursor.rowcount
+        return kept
 
     def last_seq(self) -> int:
         """The highest seq ever handed out (0 for a new store); survives restarts."""
@@ -343,8 +396,8 @@ class SqliteTurnStore:
         ).fetchone()
         conn.execute(
             "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
-            "time_us, client_id, metadata, vector, position) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "time_us, client_id, metadata, vector, vector_model, position) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, *row, position),
         )
         return stored(turn, row, seq, int(position))

@@ -16,11 +16,12 @@ from hippo_retrieval.domain.models import Change, Deletion, NewTurn, Role, Store
 # The columns of a turn, in the order `from_row` reads them (`t` is the turns table).
 TURN_COLUMNS = (
     "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
-    "t.client_id, t.metadata, t.vector, t.position"
+    "t.client_id, t.metadata, t.vector, t.position, t.vector_model"
 )
 
-# memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, vector
-Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None]
+# memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, vector,
+# vector_model
+Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None, str]
 
 
 def to_row(turn: NewTurn) -> Row:
@@ -31,8 +32,7 @@ def to_row(turn: NewTurn) -> Row:
         vector = np.asarray(turn.vector)
         if vector.ndim != 1:
             raise InvalidArgument("vector", "must be one-dimensional")
-        # Fixed little-endian float32, so the store means the same on any machine.
-        blob = vector.astype("<f4").tobytes()
+        blob = encode_vector(vector)
     return (
         turn.memory_id,
         turn.tenant,
@@ -44,6 +44,7 @@ def to_row(turn: NewTurn) -> Row:
         turn.client_id,
         encode_metadata(turn.metadata),
         blob,
+        turn.vector_model if blob is not None else "",
     )
 
 
@@ -60,8 +61,9 @@ def stored(turn: NewTurn, row: Row, seq: int, position: int) -> StoredTurn:
         time_us=turn.time_us,
         client_id=turn.client_id,
         metadata=dict(turn.metadata),
-        vector=decode_vector(row[-1]),
+        vector=decode_vector(row[9]),
         position=position,
+        vector_model=row[10],
     )
 
 
@@ -79,7 +81,9 @@ def decode_vector(blob: bytes | None) -> Vector | None:
 
 def from_row(row: Sequence[Any]) -> StoredTurn:
     """A StoredTurn from the TURN_COLUMNS of one row."""
-    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob, pos = row
+    seq, memory_id, tenant, user, session, role, text, time_us, client_id, meta, blob, pos = row[
+        :12
+    ]
     return StoredTurn(
         seq=int(seq),
         memory_id=str(memory_id),
@@ -93,7 +97,13 @@ def from_row(row: Sequence[Any]) -> StoredTurn:
         metadata={str(k): str(v) for k, v in json.loads(meta).items()},
         vector=decode_vector(bytes(blob) if blob is not None else None),
         position=int(pos),
+        vector_model=str(row[12]),
     )
+
+
+def encode_vector(vector: Vector) -> bytes:
+    """Fixed little-endian float32, so a stored vector means the same on any machine."""
+    return np.asarray(vector).astype("<f4").tobytes()
 
 
 def feed_entries(rows: Sequence[Sequence[Any]]) -> list[Change]:

@@ -30,6 +30,15 @@ class Mode(StrEnum):
 
 
 @dataclass(frozen=True)
+class EmbeddingModel:
+    """An embedding model by name (as the embedding service names it) and vector size.
+    Vectors of two models are never compared: each index generation has one."""
+
+    name: str
+    dimension: int
+
+
+@dataclass(frozen=True)
 class Scope:
     """Where a read may look. Tenant and user are always required; every store adapter
     applies all of it inside its own query (SQL WHERE, Tantivy term clauses, Qdrant
@@ -57,6 +66,7 @@ class NewTurn:
     client_id: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
     vector: Vector | None = None  # kept in the turn store so indexes rebuild without re-embedding
+    vector_model: str = ""  # the embedding model `vector` comes from ("" = the store's legacy one)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class StoredTurn:
     vector: Vector | None
     position: int = 0  # 1-based place in its session, in arrival order; never reused
     document: str = ""  # what BM25 indexes (documents.py); set by the projector, not stored
+    vector_model: str = ""  # the embedding model `vector` comes from ("" = the legacy model)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from hippo_retrieval.domain.models import Candidate, Change, NewTurn, Scope, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Candidate,
+    Change,
+    EmbeddingModel,
+    NewTurn,
+    Scope,
+    StoredTurn,
+    Vector,
+)
 
 
 class TurnStore(Protocol):
@@ -48,6 +56,18 @@ class TurnStore(Protocol):
     ) -> list[str]:
         """Erase the user's turns (all, one session's, or the given ids) durably; the text
         is gone, a Deletion per turn stays in the change feed. Returns the erased ids."""
+        ...
+
+    def model_vectors(
+        self, model: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Vector]:
+        """The vectors of `model` kept for these (tenant, memory_id) turns beside their
+        own (an index rebuilt with another model embedded them); missing skipped."""
+        ...
+
+    def put_model_vectors(self, model: str, rows: Sequence[tuple[str, str, Vector]]) -> int:
+        """Keep `model`'s vectors of (tenant, memory_id) turns, durably; erased with the
+        turn, and never kept for a turn already erased. Returns how many were kept."""
         ...
 
     def last_seq(self) -> int: ...
@@ -116,8 +136,23 @@ class IndexSet(Protocol):
         """The live generation (1 when none was ever recorded)."""
         ...
 
-    def open(self, generation: int) -> tuple[LexicalIndex, VectorIndex]:
-        """Open (creating if missing) the generation's indexes."""
+    def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
+        """Open (creating if missing) the generation's indexes, vectors of `dimension`."""
+        ...
+
+    def embedding(self, generation: int) -> EmbeddingModel | None:
+        """The embedding model the generation's vector index was built with, as recorded
+        (None: not recorded, a generation older than the record: the legacy model)."""
+        ...
+
+    def set_embedding(self, generation: int, model: EmbeddingModel) -> None:
+        """Record (durably, before the generation is built) its embedding model."""
+        ...
+
+    @property
+    def shared_vectors(self) -> bool:
+        """Whether every replica searches one vector index (cluster mode with a Qdrant
+        server): it belongs to no generation, so a rebuild cannot change its model."""
         ...
 
     def set_current(self, generation: int) -> None:
@@ -146,6 +181,19 @@ class IndexSet(Protocol):
     @property
     def vector_backend(self) -> str:
         """ "edge" or "qdrant", for status and logs."""
+        ...
+
+
+class Embedder(Protocol):
+    """The embedding service, for the vectors an index of another model needs (a rebuild
+    with a new model, writes and queries that still come with the old one). Blocking."""
+
+    def models(self) -> list[EmbeddingModel]:
+        """The models the service has loaded, its default first."""
+        ...
+
+    def embed(self, texts: Sequence[str], model: str) -> Vector:
+        """(len(texts), dimension) float32 unit rows of `model`."""
         ...
 
 

@@ -11,6 +11,12 @@ A vector index shared by several replicas (cluster mode, a Qdrant server collect
 written by one of them at a time (`VectorIndex.writable()`, asked at every step). The
 others apply only their own lexical index and take the shared index's recorded seq as
 its progress, so what they call searchable is what really is.
+
+Each vector index holds the vectors of one embedding model. A turn written with another
+model's vector (while an index is rebuilt with a new model, or while callers learn of the
+switch) gets this index's vector from the ones the turn store keeps per model, or else
+from the embedding service, which is then kept for the next rebuild. So a rebuild with a
+new model re-embeds every turn once, and a purge rebuild after it embeds nothing.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from hippo_core.embedding import vector_text
+from hippo_retrieval import metrics
 from hippo_retrieval.domain.documents import lexical_document
-from hippo_retrieval.domain.models import Change, Deletion, StoredTurn
-from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
+from hippo_retrieval.domain.models import Change, Deletion, EmbeddingModel, StoredTurn, Vector
+from hippo_retrieval.domain.ports import Embedder, LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
 # How often a replica starting up looks again whether the shared vector index's writer
@@ -45,8 +53,18 @@ class Projector:
         commit_every: int = 1000,
         on_progress: Callable[[int, int, int], None] | None = None,
         on_deleted: Callable[[int], None] | None = None,
+        model: EmbeddingModel | None = None,
+        legacy_model: str = "",
+        embedder: Embedder | None = None,
     ) -> None:
         self._store = store
+        # The vector index's model; None: take every stored vector as it is (tests of
+        # other behaviour). `legacy_model` is what a vector stored without a name is.
+        self._model = model
+        self._legacy = legacy_model
+        self._embedder = embedder
+        self.embedded = 0  # turns this projector had embedded again for its model
+        self.unembedded = 0  # turns left out of the vector index: no embedder to ask
         self._lexical = lexical
         self._vectors = vectors
         self._interval = commit_interval_s
@@ -132,7 +150,7 @@ class Projector:
                     self._on_deleted(max(deleted))
             vector = [c for c in changes if c.seq > self._vector_applied] if writer else []
             if vector:
-                self._vectors.apply(vector)
+                self._vectors.apply(self._own_vectors(vector))
                 self._vector_applied = vector[-1].seq
         pending = self._lexical_applied - self._lexical_committed
         if pending and (force_commit or pending >= self._every):
@@ -140,6 +158,51 @@ class Projector:
             self._lexical_committed = self._lexical_applied
         self._report()
         return len(changes)
+
+    def _own_vectors(self, changes: list[Change]) -> list[Change]:
+        """The changes with every turn's vector of this index's model (module docstring)."""
+        if self._model is None:
+            return changes
+        own = self._model.name
+        foreign = {
+            i: c
+            for i, c in enumerate(changes)
+            if isinstance(c, StoredTurn)
+            and c.vector is not None
+            and (c.vector_model or self._legacy) != own
+        }
+        if not foreign:
+            return changes
+        found = self._store.model_vectors(own, [(c.tenant, c.memory_id) for c in foreign.values()])
+        missing = [c for c in foreign.values() if (c.tenant, c.memory_id) not in found]
+        if missing:
+            found.update(self._embed(own, missing))
+        out = list(changes)
+        for i, c in foreign.items():
+            out[i] = replace(c, vector=found.get((c.tenant, c.memory_id)), vector_model=own)
+        return out
+
+    def _embed(self, model: str, turns: list[StoredTurn]) -> dict[tuple[str, str], Vector]:
+        if self._embedder is None:
+            # Only a misconfiguration gets here (writes of another model are refused
+            # without an embedder): keep the turn BM25-searchable rather than stall.
+            self.unembedded += len(turns)
+            log.warning(
+                "%d turns carry no vector of %s and no embedding service is configured: "
+                "they are left out of the vector index",
+                len(turns),
+                model,
+            )
+            return {}
+        unique = {(t.tenant, t.memory_id): t for t in turns}
+        rows = self._embedder.embed(
+            [vector_text(t.text, t.metadata) for t in unique.values()], model
+        )
+        kept = list(zip(unique, rows, strict=True))
+        self._store.put_model_vectors(model, [(k[0], k[1], row) for k, row in kept])
+        self.embedded += len(kept)
+        metrics.TURNS_EMBEDDED.inc(len(kept))
+        return dict(kept)
 
     def _documents(self, changes: list[Change]) -> list[Change]:
         """Turns with their BM25 document (the turn in its context), deletions as they are."""

@@ -44,6 +44,7 @@ class SearchResult:
     hits: list[Hit]
     lexical_candidates: int
     semantic_candidates: int
+    embedding_model: str = ""  # the searched index's model (set by the service)
 
 
 class Retriever:

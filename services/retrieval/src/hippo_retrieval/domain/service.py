@@ -20,6 +20,13 @@ purge_delay_s plus one rebuild (docs/security.md). The pending purge is recorded
 (IndexSet.set_purge_pending): a restart before it ran runs it. Every replica purges its
 own indexes, since each applies the feed's deletions itself.
 
+Embedding models. Each generation's vector index holds one model's vectors (recorded with
+the generation). A reindex may name another model: the new generation is then built with
+every turn embedded again through the embedding service, while the old one serves with
+the old model, and callers learn the live model from every Write and Search reply. A
+query or write that still comes with the old model's vector meanwhile is embedded again
+here (the projector does it for writes), so nothing is refused during a switch.
+
 Replicas (cluster mode). Several replicas share the turn store; each projects it into
 indexes of its own. A write waited for (`wait_searchable`, and Delete's wait) returns
 once it is searchable here AND on every other live replica (`Replicas`), so the next
@@ -34,13 +41,21 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
 from hippo_core.errors import FailedPrecondition, HippoError, InvalidArgument
 from hippo_retrieval import metrics
-from hippo_retrieval.domain.models import Mode, NewTurn, Scope, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    EmbeddingModel,
+    Mode,
+    NewTurn,
+    Scope,
+    StoredTurn,
+    Vector,
+)
 from hippo_retrieval.domain.ports import (
+    Embedder,
     IndexSet,
     LexicalIndex,
     Replicas,
@@ -75,6 +90,7 @@ class ProjectionConfig:
 class WriteResult:
     turns: list[tuple[StoredTurn, bool]]  # (stored turn, created now) in request order
     searchable: bool
+    embedding_model: str = ""  # the live index's model (callers embed with it next)
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,7 @@ class Status:
     turns: int
     generation: int
     tenant_turns: int = 0  # of the tenant asked about, if any
+    embedding_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,8 @@ class ReindexProgress:
     applied: int
     last_seq: int
     done: bool
+    embedded: int = 0  # turns embedded again for the new index's model
+    embedding_model: str = ""
 
 
 class _Generation:
@@ -109,8 +128,12 @@ class _Generation:
         projection: ProjectionConfig,
         on_progress: Callable[[int, int, int], None],
         on_deleted: Callable[[int], None],
+        model: EmbeddingModel,
+        legacy_model: str,
+        embedder: Embedder | None,
     ) -> None:
         self.number = number
+        self.model = model
         self.lexical = lexical
         self.vectors = vectors
         self.projector = Projector(
@@ -121,6 +144,9 @@ class _Generation:
             commit_every=projection.commit_every,
             on_progress=on_progress,
             on_deleted=on_deleted,
+            model=model,
+            legacy_model=legacy_model,
+            embedder=embedder,
         )
         # Deletions up to this seq cannot have left anything in these indexes: a rebuild
         # started after they committed never indexed the erased turns.
@@ -146,8 +172,14 @@ class RetrievalService:
         limits: Limits,
         threads: int = 4,
         replicas: Replicas | None = None,
+        embedding: EmbeddingModel | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self._store = store
+        # The model of generations made before models were recorded, and of vectors
+        # stored without a name; `embedder` re-embeds for a generation of another model.
+        self._legacy = embedding or EmbeddingModel("", limits.dimension)
+        self._embedder = embedder
         self._replicas = replicas
         self._store_seq = -1  # the feed head at the last progress report (replicas only)
         self._indexes = indexes
@@ -230,9 +262,15 @@ class RetrievalService:
     async def write(
         self, tenant: str, turns: Sequence[NewTurn], wait_searchable: bool, timeout: float | None
     ) -> WriteResult:
-        check_turns(tenant, turns, self._limits)
+        live = self._require_live()
+        turns = [self._named(t, live.model) for t in turns]
+        check_turns(tenant, turns, self._limits, live.model)
         if any(t.tenant != tenant for t in turns):
             raise InvalidArgument("turns", "every turn must belong to the request's tenant")
+        if self._embedder is None and any(
+            t.vector is not None and t.vector_model != live.model.name for t in turns
+        ):
+            raise self._no_embedder(live.model)
         stored = await self._run(self._store.append, turns)
         created = sum(1 for _, new in stored if new)
         metrics.WRITES.labels("created").inc(created)
@@ -244,24 +282,32 @@ class RetrievalService:
         searchable = False
         if wait_searchable:
             searchable = await self._wait_visible(max(t.seq for t, _ in stored), timeout)
-        return WriteResult(stored, searchable)
+        return WriteResult(stored, searchable, self._require_live().model.name)
 
     async def search(
-        self, scope: Scope, query: str, vector: Vector | None, mode: Mode, top_k: int
+        self,
+        scope: Scope,
+        query: str,
+        vector: Vector | None,
+        mode: Mode,
+        top_k: int,
+        vector_model: str = "",
     ) -> SearchResult:
         require("tenant", scope.tenant)
         require("user_id", scope.user)
-        if vector is not None:
-            check_vector("vector", vector, self._limits.dimension)
         if mode in (Mode.HYBRID, Mode.LEXICAL) and not query.strip():
             raise InvalidArgument("query", f"is required in {mode.value} mode")
         if mode in (Mode.HYBRID, Mode.SEMANTIC) and vector is None:
             raise InvalidArgument("vector", f"is required in {mode.value} mode")
         with metrics.SEARCH_SECONDS.labels(mode.value).time(), self._using() as live:
+            if vector is not None and vector_model and vector_model != live.model.name:
+                vector = await self._query_vector(query, live.model)
+            if vector is not None:
+                check_vector("vector", vector, live.model.dimension)
             result = await self._run(live.retriever.search, scope, query, vector, mode, top_k)
         metrics.CANDIDATES.labels("lexical").observe(result.lexical_candidates)
         metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)
-        return result
+        return replace(result, embedding_model=live.model.name)
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
         require("tenant", tenant)
@@ -308,15 +354,19 @@ class RetrievalService:
             lexical_seq=lexical,
             vector_seq=vectors,
             vector_backend=self._indexes.vector_backend,
-            dimension=self._limits.dimension,
+            dimension=live.model.dimension,
             turns=self._store.size(),
             generation=live.number,
             tenant_turns=self._store.tenant_size(tenant) if tenant else 0,
+            embedding_model=live.model.name,
         )
 
-    async def reindex(self) -> AsyncIterator[ReindexProgress]:
-        """Rebuild both indexes from the turn store beside the live ones, then switch.
-        A caller that goes away does not stop it: the rebuild completes on its own."""
+    async def reindex(self, embedding_model: str = "") -> AsyncIterator[ReindexProgress]:
+        """Rebuild both indexes from the turn store beside the live ones, then switch;
+        with `embedding_model` (another model than the live one), the new vector index
+        holds that model's vectors. A caller that goes away does not stop it: the rebuild
+        completes on its own."""
+        model = await self._reindex_model(embedding_model)
         with self._lock:
             if self._reindexing:
                 raise FailedPrecondition("a reindex is already running", reason="REINDEX_RUNNING")
@@ -324,11 +374,11 @@ class RetrievalService:
         queue: asyncio.Queue[ReindexProgress | None] = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
-        def report(applied: int, done: bool = False) -> None:
-            item = ReindexProgress(applied, self._store.last_seq(), done)
+        def report(applied: int, done: bool = False, embedded: int = 0) -> None:
+            item = ReindexProgress(applied, self._store.last_seq(), done, embedded, model.name)
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        job = loop.run_in_executor(self._pool, self._rebuild, report)
+        job = loop.run_in_executor(self._pool, self._rebuild, report, False, model)
         # Scheduled after every report the rebuild made, so it arrives last.
         job.add_done_callback(lambda _: queue.put_nowait(None))
         while (item := await queue.get()) is not None:
@@ -337,8 +387,60 @@ class RetrievalService:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _generation(self, number: int) -> _Generation:
-        lexical, vectors = self._indexes.open(number)
+    @staticmethod
+    def _named(turn: NewTurn, model: EmbeddingModel) -> NewTurn:
+        """The turn with its vector's model named (empty: the live index's)."""
+        if turn.vector is None:
+            return replace(turn, vector_model="") if turn.vector_model else turn
+        return turn if turn.vector_model else replace(turn, vector_model=model.name)
+
+    def _no_embedder(self, model: EmbeddingModel) -> FailedPrecondition:
+        return FailedPrecondition(
+            f"the index holds vectors of {model.name or 'the configured model'} and this "
+            "service has no embedding service to embed others with "
+            "(HIPPO_RETRIEVAL_EMBEDDING_ADDR)",
+            reason="EMBEDDING_MODEL",
+        )
+
+    async def _query_vector(self, query: str, model: EmbeddingModel) -> Vector:
+        """The query embedded with the live model (its caller embedded it with another:
+        it has not learnt of a switch yet)."""
+        if self._embedder is None or not query.strip():
+            raise self._no_embedder(model)
+        embedder = self._embedder
+        rows = await self._run(lambda: embedder.embed([query], model.name))
+        metrics.QUERY_REEMBEDDED.inc()
+        row: Vector = rows[0]
+        return row
+
+    async def _reindex_model(self, name: str) -> EmbeddingModel:
+        """The model a reindex builds with: the live one, or `name` as the embedding
+        service has it loaded (checked before anything starts)."""
+        live = self._require_live().model
+        if not name or name == live.name:
+            return live
+        if self._embedder is None:
+            raise self._no_embedder(live)
+        if self._indexes.shared_vectors:
+            raise FailedPrecondition(
+                "every replica searches one shared vector collection (cluster mode with a "
+                "Qdrant server); its model cannot change by a replica's reindex: "
+                "docs/recall.md says how to switch it",
+                reason="EMBEDDING_MODEL",
+            )
+        embedder = self._embedder
+        loaded = await self._run(embedder.models)
+        for model in loaded:
+            if model.name == name:
+                return model
+        names = ", ".join(m.name for m in loaded)
+        raise InvalidArgument(
+            "embedding_model", f"{name!r} is not loaded by the embedding service (it has {names})"
+        )
+
+    def _generation(self, number: int, model: EmbeddingModel | None = None) -> _Generation:
+        model = model or self._indexes.embedding(number) or self._legacy
+        lexical, vectors = self._indexes.open(number, model.dimension)
 
         def on_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:
             self._progress(number, store_seq, lexical_seq, vector_seq)
@@ -356,6 +458,9 @@ class RetrievalService:
             self._projection,
             on_progress,
             on_deleted,
+            model,
+            self._legacy.name,
+            self._embedder,
         )
         generation.purge_floor = lexical.applied_seq()
         return generation
@@ -420,9 +525,14 @@ class RetrievalService:
         if live is not None:
             live.projector.notify(urgent=urgent)
 
-    def _rebuild(self, report: Callable[..., None], purge: bool = False) -> None:
+    def _rebuild(
+        self,
+        report: Callable[..., None],
+        purge: bool = False,
+        model: EmbeddingModel | None = None,
+    ) -> None:
         try:
-            self._switch_to_new_generation(report)
+            self._switch_to_new_generation(report, model)
         except BaseException:
             if purge:
                 log.exception("purge after an erasure failed; retrying in 10 s")
@@ -436,19 +546,25 @@ class RetrievalService:
                 self._reindexing = False
                 self._lock.notify_all()  # a close() waits for the rebuild to end
 
-    def _switch_to_new_generation(self, report: Callable[..., None]) -> None:
+    def _switch_to_new_generation(
+        self, report: Callable[..., None], model: EmbeddingModel | None = None
+    ) -> None:
         old = self._require_live()
         number = old.number + 1
+        model = model or old.model
         self._indexes.remove(number)  # a half-built generation from an interrupted run
+        self._indexes.set_embedding(number, model)
         # Every erasure committed by now is purged by this rebuild; one that reaches the
         # new indexes later (above the floor) asks for the next.
         floor = self._store.last_seq()
         with self._lock:
             wanted, self._purge_wanted = self._purge_wanted, False
-        new = self._generation(number)
+        new = self._generation(number, model)
         new.purge_floor = floor
         try:
-            applied = new.projector.catch_up(report)
+            applied = new.projector.catch_up(
+                lambda total: report(total, False, new.projector.embedded)
+            )
             # The switch: the old projector stops, the new one takes the last writes,
             # starts its thread, and becomes live; then the record is made durable.
             old.projector.stop()
@@ -475,8 +591,14 @@ class RetrievalService:
             purged = not self._purge_wanted
         if purged:
             self._indexes.set_purge_pending(False)
-        log.info("reindex done: generation %d live, %d changes applied", number, applied)
-        report(applied, True)
+        log.info(
+            "reindex done: generation %d live (%s), %d changes applied, %d turns embedded",
+            number,
+            model.name or "the configured embedding model",
+            applied,
+            new.projector.embedded,
+        )
+        report(applied, True, new.projector.embedded)
 
     def _require_live(self) -> _Generation:
         live = self._live

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.models import NewTurn
+from hippo_retrieval.domain.models import EmbeddingModel, NewTurn
 
 MAX_ID = 128
+MAX_DIMENSION = 65536
 # PostgreSQL's text type cannot hold U+0000; refused here, the same on both engines, so a
 # turn that the embedded store accepts is never one that cluster mode would refuse.
 NUL = "\x00"
@@ -42,7 +43,11 @@ def no_nul(field: str, value: str) -> None:
         raise InvalidArgument(field, "must not contain NUL (U+0000) characters")
 
 
-def check_turns(tenant: str, turns: Sequence[NewTurn], limits: Limits) -> None:
+def check_turns(
+    tenant: str, turns: Sequence[NewTurn], limits: Limits, model: EmbeddingModel | None = None
+) -> None:
+    """`model`: the live index's; a vector of it must have its dimension, another
+    model's (embedded again for the index) only one finite row of a sane length."""
     require("tenant", tenant)
     if not 1 <= len(turns) <= limits.max_turns:
         raise InvalidArgument("turns", f"must hold 1..{limits.max_turns} turns, got {len(turns)}")
@@ -52,8 +57,16 @@ def check_turns(tenant: str, turns: Sequence[NewTurn], limits: Limits) -> None:
         require(f"turns[{i}].session_id", turn.session)
         no_nul(f"turns[{i}].text", turn.text)
         no_nul(f"turns[{i}].client_id", turn.client_id)
-        if turn.vector is not None:
-            check_vector(f"turns[{i}].vector", turn.vector, limits.dimension)
+        if turn.vector is None:
+            continue
+        field = f"turns[{i}].vector"
+        if model is None or turn.vector_model == model.name:
+            check_vector(field, turn.vector, model.dimension if model else limits.dimension)
+        else:
+            check_vector(field, turn.vector, turn.vector.size)
+            if turn.vector.size > MAX_DIMENSION:
+                raise InvalidArgument(field, f"at most {MAX_DIMENSION} values")
+            require(f"turns[{i}].vector_model", turn.vector_model)
 
 
 def check_vector(field: str, vector: np.ndarray, dimension: int) -> None:
