@@ -13,6 +13,7 @@ from hippo_gateway.domain import ids
 from hippo_gateway.domain.auth import Authenticator, digest
 from hippo_gateway.domain.memory import ForgetTarget, MemoryService
 from hippo_gateway.domain.models import (
+    Embedding,
     Memory,
     Mode,
     Recalled,
@@ -25,18 +26,20 @@ from hippo_gateway.domain.models import (
 
 
 class FakeEmbedder:
-    def __init__(self) -> None:
+    def __init__(self, model: str = "fake-model-v2") -> None:
         self.calls: list[list[str]] = []
+        self.model = model
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    async def embed(self, texts: Sequence[str]) -> Embedding:
         self.calls.append(list(texts))
-        return np.ones((len(texts), 4), np.float32) / 2
+        return Embedding(np.full((len(texts), 4), 0.5, np.float32), self.model)
 
 
 class FakeStore:
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], TurnToStore] = {}
         self.deletes: list[tuple[str, str, str | None, list[str]]] = []
+        self.searches: list[tuple[Vectors | None, str]] = []
 
     async def write(
         self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
@@ -60,7 +63,10 @@ class FakeStore:
             out.append((memory, new))
         return out
 
-    async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled:
+    async def search(
+        self, tenant: str, query: RecallQuery, vector: Vectors | None, vector_model: str = ""
+    ) -> Recalled:
+        self.searches.append((vector, vector_model))
         return Recalled([], 0, 0)
 
     async def delete(
@@ -125,6 +131,27 @@ async def test_lexical_recall_does_not_embed(parts) -> None:  # type: ignore[no-
     assert embedder.calls == []
     await service.recall("t", RecallQuery(user="u", query="q", mode=Mode.HYBRID))
     assert embedder.calls == [["q"]]
+
+
+async def test_remember_embeds_speaker_and_text_and_stores_the_embeddings_model(parts) -> None:  # type: ignore[no-untyped-def]
+    """Each vector reaches the turn store with the model that made it (the retrieval
+    service keys vectors by model, and re-embeds one of another model than its index's)."""
+    embedder, store, service = parts
+    turns = [TurnIn(Role.USER, "we adopted a puppy", metadata={"speaker": " Caroline "})]
+    done = await service.remember("t", "u", "s", turns)
+    assert embedder.calls == [["Caroline: we adopted a puppy"]]  # hippo_core's vector_text
+    stored = store.rows[("t", done.memory_ids[0])]
+    assert stored.vector_model == "fake-model-v2" and stored.vector is not None
+
+
+async def test_recall_searches_with_the_query_vectors_model(parts) -> None:  # type: ignore[no-untyped-def]
+    embedder, store, service = parts
+    embedder.model = "other-model"
+    await service.recall("t", RecallQuery(user="u", query="q", mode=Mode.SEMANTIC))
+    await service.recall("t", RecallQuery(user="u", query="q", mode=Mode.LEXICAL))
+    (vector, model), (no_vector, no_model) = store.searches
+    assert vector is not None and vector.shape == (4,) and model == "other-model"
+    assert no_vector is None and no_model == ""  # lexical: nothing embedded, no model
 
 
 async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from hippo_core.tokenizer import ModelTokenizer
 from hippo_gateway.adapters import fingerprint_key, spool, spool_store
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder, GrpcEmbeddingCaches
+from hippo_gateway.adapters.embedding_model import LiveModel
 from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
 from hippo_gateway.adapters.local_tokenizer import LocalTokenizer
@@ -180,7 +181,10 @@ def build(settings: GatewaySettings) -> Service:
         sessions: Sessions = NoSessions()
         if settings.summariser_addr:
             sessions = GrpcSessions(peer(settings.summariser_addr))
-        embedder = GrpcEmbedder(embedding)
+        # The live index's embedding model: the turn store learns it from retrieval's
+        # replies, the embedder asks for it (an online model switch reaches the gateway).
+        live_model = LiveModel()
+        embedder = GrpcEmbedder(embedding, live_model)
         await embedder.connect(timeout=settings.peer_wait_seconds)
         recorder = None
         if settings.audit_addr:
@@ -192,7 +196,7 @@ def build(settings: GatewaySettings) -> Service:
         # The injection service's memtok pipeline: influence per request or per user (off
         # by default; a service without a store answers as off), and Forget's erasure.
         influencer = GrpcInfluencer(injection, settings.llm_timeout_seconds)
-        store = GrpcTurnStore(retrieval)
+        store = GrpcTurnStore(retrieval, live_model)
         limits.count_turns_with(store.tenant_turns)
         memory = MemoryService(
             embedder,

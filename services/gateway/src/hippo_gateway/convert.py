@@ -209,10 +209,13 @@ def new_turn(t: TurnToStore) -> retrieval_pb2.NewTurn:
         client_id=t.client_id,
         metadata=dict(t.metadata),
         vector=b"" if t.vector is None else t.vector.astype("<f4").tobytes(),
+        vector_model=t.vector_model,
     )
 
 
-def search_request(tenant: str, q: RecallQuery, vector: bytes) -> retrieval_pb2.SearchRequest:
+def search_request(
+    tenant: str, q: RecallQuery, vector: bytes, vector_model: str = ""
+) -> retrieval_pb2.SearchRequest:
     request = retrieval_pb2.SearchRequest(
         tenant=tenant,
         user_id=q.user,
@@ -222,6 +225,7 @@ def search_request(tenant: str, q: RecallQuery, vector: bytes) -> retrieval_pb2.
         vector=vector,
         mode=MODE_PB[q.mode],
         top_k=q.top_k,
+        vector_model=vector_model,
     )
     if q.start_us is not None:
         request.start_us = q.start_us

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import grpc
@@ -11,21 +12,35 @@ import numpy as np
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core import client
 from hippo_core.client import calling
+from hippo_core.errors import InvalidArgument
 from hippo_core.settings import ClientSettings, TlsSettings
-from hippo_gateway.domain.models import Vectors
+from hippo_gateway.adapters.embedding_model import LiveModel
+from hippo_gateway.domain.models import Embedding, Vectors
 
 log = logging.getLogger(__name__)
+
+# At most one warning this often while the live index's model is refused (every Remember
+# and Recall would otherwise log one).
+FALLBACK_WARN_SECONDS = 60.0
 
 
 class GrpcEmbedder:
     """Learns the service's limits from Info once (`connect`), then cuts texts to what the
-    model reads (it ignores the rest anyway) and splits calls at its batch limit."""
+    model reads (it ignores the rest anyway) and splits calls at its batch limit.
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    Asks for the live index's model (`live`, learnt from the retrieval service's replies).
+    Where the embedding service has not loaded it (INVALID_ARGUMENT on `model`) the call
+    is made once more with the default model: the retrieval service re-embeds a vector of
+    another model itself, so this is slower, never wrong."""
+
+    def __init__(self, channel: grpc.aio.Channel, live: LiveModel | None = None) -> None:
         self._stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        self._live = live or LiveModel()
         self.dimension = 0
         self._max_texts = 1
         self._max_chars = 1
+        self._warned_at = -FALLBACK_WARN_SECONDS
+        self._unwarned = 0  # fallbacks since the last warning
 
     async def connect(self, timeout: float) -> None:
         async with calling("embedding"):
@@ -38,15 +53,45 @@ class GrpcEmbedder:
             info.max_chars,
         )
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    async def embed(self, texts: Sequence[str]) -> Embedding:
+        wanted = self._live.current
+        try:
+            return await self._embed(texts, wanted)
+        except InvalidArgument as exc:
+            if not wanted or exc.field != "model":
+                raise
+            self._warn_fallback(wanted, exc.problem)
+            return await self._embed(texts, "")
+
+    async def _embed(self, texts: Sequence[str], model: str) -> Embedding:
         rows: list[Vectors] = []
         for start in range(0, len(texts), self._max_texts):
             chunk = [t[: self._max_chars] for t in texts[start : start + self._max_texts]]
             async with calling("embedding"):
-                reply = await self._stub.Embed(embedding_pb2.EmbedRequest(texts=chunk))
+                reply = await self._stub.Embed(embedding_pb2.EmbedRequest(texts=chunk, model=model))
+            # The rest by the name of the model that made the first chunk: one Embedding
+            # is one model's, even where replicas differ in their default (a rollout).
+            model = reply.model or model
             flat = np.frombuffer(reply.vectors, dtype="<f4").astype(np.float32)
             rows.append(flat.reshape(reply.count, reply.dimension))
-        return np.concatenate(rows) if rows else np.empty((0, self.dimension), np.float32)
+        if not rows:
+            return Embedding(np.empty((0, self.dimension), np.float32), model)
+        return Embedding(np.concatenate(rows), model)
+
+    def _warn_fallback(self, wanted: str, problem: str) -> None:
+        now = time.monotonic()
+        self._unwarned += 1
+        if now - self._warned_at < FALLBACK_WARN_SECONDS:
+            return
+        log.warning(
+            "embedding: the live index's model %r is not loaded there (%s); embedded with "
+            "the default model instead (%d time(s) since the last warning), which the "
+            "retrieval service re-embeds: load it (HIPPO_EMBEDDING_MODELS)",
+            wanted,
+            problem,
+            self._unwarned,
+        )
+        self._warned_at, self._unwarned = now, 0
 
 
 class GrpcEmbeddingCaches:

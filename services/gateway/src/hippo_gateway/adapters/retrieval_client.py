@@ -9,12 +9,18 @@ import grpc
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.client import calling
 from hippo_gateway import convert
+from hippo_gateway.adapters.embedding_model import LiveModel
 from hippo_gateway.domain.models import Memory, Recalled, RecallQuery, TurnToStore, Vectors
 
 
 class GrpcTurnStore:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    """Every reply that names the live index's embedding model updates `live`, which the
+    embedder reads: after a reindex with another model the next turns and queries are
+    embedded with it."""
+
+    def __init__(self, channel: grpc.aio.Channel, live: LiveModel | None = None) -> None:
         self._stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        self._live = live or LiveModel()
 
     async def write(
         self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
@@ -26,14 +32,19 @@ class GrpcTurnStore:
         )
         async with calling("retrieval"):
             reply = await self._stub.Write(request)
+        self._live.learn(reply.embedding_model)
         return [
             (convert.memory(r), bool(c)) for r, c in zip(reply.records, reply.created, strict=True)
         ]
 
-    async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled:
+    async def search(
+        self, tenant: str, query: RecallQuery, vector: Vectors | None, vector_model: str = ""
+    ) -> Recalled:
         packed = b"" if vector is None else vector.astype("<f4").tobytes()
+        request = convert.search_request(tenant, query, packed, vector_model)
         async with calling("retrieval"):
-            reply = await self._stub.Search(convert.search_request(tenant, query, packed))
+            reply = await self._stub.Search(request)
+        self._live.learn(reply.embedding_model)
         return Recalled(
             hits=[convert.hit(h) for h in reply.hits],
             lexical_candidates=reply.lexical_candidates,
@@ -50,6 +61,7 @@ class GrpcTurnStore:
         """Turns the tenant stores (its stored-turn quota)."""
         async with calling("retrieval"):
             reply = await self._stub.Status(retrieval_pb2.StatusRequest(tenant=tenant))
+        self._live.learn(reply.embedding_model)
         return int(reply.tenant_turns)
 
     async def delete(

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hippo_core.embedding import SPEAKER, vector_text
 from hippo_gateway import metrics
 from hippo_gateway.domain import audit_events, ids, validation
 from hippo_gateway.domain.audit_recorder import AuditRecorder
-from hippo_gateway.domain.indexing import vector_text
 from hippo_gateway.domain.models import (
     Forgotten,
     Memory,
@@ -95,7 +95,7 @@ class MemoryService:
             # Before the first write: a refused Remember stores nothing.
             await self._quotas.admit_turns(tenant, len(turns))
         received = self._clock()  # one time for every turn of the request
-        vectors = await self._embedder.embed([vector_text(t) for t in turns])
+        embedding = await self._embedder.embed([vector_text(t.text, t.metadata) for t in turns])
         to_store = [
             TurnToStore(
                 memory_id=ids.memory_id(
@@ -113,7 +113,8 @@ class MemoryService:
                 time_us=received if turn.time_us is None else turn.time_us,
                 client_id=turn.client_id,
                 metadata=dict(turn.metadata),
-                vector=vectors[i],
+                vector=embedding.vectors[i],
+                vector_model=embedding.model,
             )
             for i, turn in enumerate(turns)
         ]
@@ -134,10 +135,11 @@ class MemoryService:
         (BuildContext's "context" entry holds the hits it used and skipped)."""
         validation.check_recall(query)
         with metrics.RECALL_SECONDS.labels(query.mode.value).time():
-            vector = None
+            vector, model = None, ""
             if query.mode != Mode.LEXICAL:
-                vector = (await self._embedder.embed([query.query]))[0]
-            result = await self._store.search(tenant, query, vector)
+                embedding = await self._embedder.embed([query.query])
+                vector, model = embedding.vectors[0], embedding.model
+            result = await self._store.search(tenant, query, vector, model)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
         if audited and self._audit is not None:
             await self._audit.recalled(tenant, query, result)
@@ -227,4 +229,4 @@ class MemoryService:
 
 
 def session_turn(m: Memory) -> SessionTurn:
-    return SessionTurn(m.memory_id, m.role, m.text, m.time_us, m.metadata.get("speaker", ""))
+    return SessionTurn(m.memory_id, m.role, m.text, m.time_us, m.metadata.get(SPEAKER, ""))

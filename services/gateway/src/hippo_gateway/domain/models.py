@@ -13,6 +13,15 @@ import numpy.typing as npt
 Vectors = npt.NDArray[np.float32]  # (n, dimension), unit rows
 
 
+@dataclass(frozen=True)
+class Embedding:
+    """Vectors and the embedding model that made them: vectors of different models are
+    not comparable, so the turn store is told which one each vector comes from."""
+
+    vectors: Vectors
+    model: str  # as the embedding service named it ("" only when no text was embedded)
+
+
 class Role(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
@@ -50,6 +59,8 @@ class TurnToStore:
     client_id: str
     metadata: Mapping[str, str]
     vector: npt.NDArray[np.float32] | None
+    # The model `vector` comes from; "" = the live index's model.
+    vector_model: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from hippo_gateway.domain.audit_events import (
 from hippo_gateway.domain.models import (
     ChatMessage,
     Counted,
+    Embedding,
     Generation,
     InfluencePlan,
     Memory,
@@ -30,9 +31,11 @@ from hippo_gateway.domain.models import (
 
 
 class Embedder(Protocol):
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        """Unit vectors for the texts, in order. Texts longer than the model reads are
-        cut by the adapter (the model would ignore the rest anyway)."""
+    async def embed(self, texts: Sequence[str]) -> Embedding:
+        """Unit vectors for the texts, in order, all from one model, and that model's
+        name. Texts longer than the model reads are cut by the adapter (the model would
+        ignore the rest anyway). Which model is the adapter's choice (the live index's,
+        as far as it knows): the turn store re-embeds a vector of another model itself."""
         ...
 
 
@@ -52,7 +55,11 @@ class TurnStore(Protocol):
         `wait_searchable`: return only once they are searchable in both indexes."""
         ...
 
-    async def search(self, tenant: str, query: RecallQuery, vector: Vectors | None) -> Recalled: ...
+    async def search(
+        self, tenant: str, query: RecallQuery, vector: Vectors | None, vector_model: str = ""
+    ) -> Recalled:
+        """`vector_model`: the model `vector` comes from ("" = the live index's)."""
+        ...
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
         """The user's memories with these ids, in the order asked; absent ones skipped."""

@@ -8,6 +8,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from hippo_core.embedding import SPEAKER
 from hippo_core.errors import InvalidArgument
 from hippo_gateway.domain.models import RecallQuery, TurnIn
 
@@ -25,7 +26,6 @@ MAX_ID_CHARS = 128
 # The summariser keeps `speaker` with each window turn and refuses longer names; checked
 # here so a Remember the turn store would accept is never refused half-way.
 MAX_SPEAKER_CHARS = 256
-SPEAKER = "speaker"
 # Seqs are uint64 on the wire but int64 in every store (SQLite INTEGER, PostgreSQL bigint).
 MAX_SEQ = 2**63 - 1
 # Categories a reader cannot see: controls, format characters (U+200B, U+FEFF, bidi
