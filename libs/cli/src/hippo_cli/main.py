@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
+from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_cli import audit, chat, endpoints, launcher, memory, memtok, ops, replay, seed
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
@@ -100,20 +101,40 @@ def up(settings: CliSettings, cluster: bool, replicas: int | None, tls: bool) ->
     sys.exit(launcher.up(settings, cluster=cluster, replicas=count, tls=tls))
 
 
+async def _index_state(addr: str, tls: TlsSettings) -> dict[str, str | int]:
+    """A retrieval replica's live index: its embedding model and generation (after an
+    online model switch, replicas rebuilt one by one differ until the last is done); {}
+    when Status fails (readiness alone decides the exit code)."""
+    async with client.channel(addr, tls_settings=tls) as channel:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
+        try:
+            reply = await stub.Status(retrieval_pb2.StatusRequest(), timeout=2.0)
+        except grpc.aio.AioRpcError:
+            return {}
+    return {"embedding_model": reply.embedding_model, "generation": reply.generation}
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.pass_obj
 def health(settings: CliSettings, as_json: bool) -> None:
-    """Readiness of every replica of every service (exit code 1 if any is not SERVING)."""
+    """Readiness of every replica of every service (exit code 1 if any is not SERVING);
+    for retrieval, the live index's embedding model and generation too."""
     addrs = _addresses(CliSettings())  # replica by replica, not the balanced targets
 
-    async def run() -> dict[str, list[dict[str, str]]]:
-        out: dict[str, list[dict[str, str]]] = {}
+    async def probe(name: str, full_name: str, addr: str) -> dict[str, str | int]:
+        out: dict[str, str | int] = {
+            "addr": addr,
+            "status": await check(addr, full_name, tls=settings.tls),
+        }
+        if name == "retrieval" and out["status"] == "SERVING":
+            out.update(await _index_state(addr, settings.tls))
+        return out
+
+    async def run() -> dict[str, list[dict[str, str | int]]]:
+        out: dict[str, list[dict[str, str | int]]] = {}
         for spec in SERVICES:
-            out[spec.name] = [
-                {"addr": addr, "status": await check(addr, spec.full_name, tls=settings.tls)}
-                for addr in addrs[spec.name]
-            ]
+            out[spec.name] = [await probe(spec.name, spec.full_name, a) for a in addrs[spec.name]]
         return out
 
     report = asyncio.run(run())
@@ -123,7 +144,12 @@ def health(settings: CliSettings, as_json: bool) -> None:
         for name, rows in report.items():
             for index, row in enumerate(rows):
                 label = f"{name}-{index}" if len(rows) > 1 else name
-                click.echo(f"{label:<13} {row['addr']:<21} {row['status']}")
+                index_state = (
+                    f"  model {row['embedding_model'] or '-'}, generation {row['generation']}"
+                    if "generation" in row
+                    else ""
+                )
+                click.echo(f"{label:<13} {row['addr']:<21} {row['status']}{index_state}")
     serving = all(r["status"] == "SERVING" for rows in report.values() for r in rows)
     sys.exit(0 if serving else 1)
 
