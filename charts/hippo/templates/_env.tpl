@@ -29,6 +29,9 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- $_ := set $env "LLM_URL" (default (include "hippo.injectionHttpUrl" $root) $svc.llmUrl) }}
 {{- else if eq $name "retrieval" }}
 {{- $_ := set $env "QDRANT_URL" (include "hippo.qdrantUrl" $root) }}
+{{- /* Asked for vectors of the index's model where a turn or query came with another's
+       (an online model switch: docs/recall.md), and by a reindex with a new model. */}}
+{{- $_ := set $env "EMBEDDING_ADDR" (include "hippo.addr" (dict "root" $root "name" "embedding")) }}
 {{- else if eq $name "summariser" }}
 {{- $_ := set $env "DRAIN_SECONDS" (toString $svc.drainSeconds) }}
 {{- $_ := set $env "INJECTION_ADDR" (include "hippo.addr" (dict "root" $root "name" "injection")) }}
