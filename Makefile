@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/audit -e services/summariser -e services/gateway -e libs/cli
 SOURCES := libs/core/src libs/cli/src services/embedding/src services/injection/src services/retrieval/src services/audit/src services/summariser/src services/gateway/src bench scripts
-TESTS := tests libs/core/tests services/embedding/tests services/injection/tests services/retrieval/tests services/audit/tests services/summariser/tests services/gateway/tests
+TESTS := tests libs/core/tests libs/cli/tests services/embedding/tests services/injection/tests services/retrieval/tests services/audit/tests services/summariser/tests services/gateway/tests
 
 .DEFAULT_GOAL := help
 
