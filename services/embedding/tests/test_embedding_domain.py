@@ -15,7 +15,7 @@ from hippo_core import context as request_context
 from hippo_core.errors import InvalidArgument, ResourceExhausted
 from hippo_embedding.domain.batcher import MicroBatcher
 from hippo_embedding.domain.cache import VectorCache, key
-from hippo_embedding.domain.service import EmbeddingService
+from hippo_embedding.domain.service import EmbeddingService, Model
 from hippo_embedding.domain.validation import Limits, validate
 
 LIMITS = Limits(max_texts=4, max_chars=10)
@@ -24,9 +24,10 @@ LIMITS = Limits(max_texts=4, max_chars=10)
 class CountingEncoder:
     """Deterministic vectors from the text; records every model call."""
 
-    model, backend, dimension = "double", "test", 8
+    backend, max_tokens = "test", 256
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, model: str = "double", dimension: int = 8) -> None:
+        self.model, self.dimension = model, dimension
         self.calls: list[list[str]] = []
         self.delay = delay
         self.started = threading.Event()
@@ -35,7 +36,10 @@ class CountingEncoder:
         self.started.set()
         self.calls.append(list(texts))
         time.sleep(self.delay)
-        rows = np.array([[len(t), *(ord(c) for c in t.ljust(7)[:7])] for t in texts], np.float32)
+        width = self.dimension - 1
+        rows = np.array(
+            [[len(t), *(ord(c) for c in t.ljust(width)[:width])] for t in texts], np.float32
+        )
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
@@ -62,7 +66,7 @@ def test_validation_accepts_limits_exactly() -> None:
 
 def test_cache_evicts_least_recently_used() -> None:
     cache = VectorCache(2)
-    a, b, c = key("a"), key("b"), key("c")
+    a, b, c = key("m", "a"), key("m", "b"), key("m", "c")
     cache.put(a, np.ones(2, np.float32))
     cache.put(b, np.ones(2, np.float32))
     assert cache.get(a) is not None  # a is now the most recent
@@ -73,9 +77,9 @@ def test_cache_evicts_least_recently_used() -> None:
 def test_cached_rows_cannot_be_mutated_by_callers() -> None:
     cache = VectorCache(4)
     row = np.ones(3, np.float32)
-    cache.put(key("a"), row)
+    cache.put(key("m", "a"), row)
     row[0] = 9
-    stored = cache.get(key("a"))
+    stored = cache.get(key("m", "a"))
     assert stored is not None and stored[0] == 1 and not stored.flags.writeable
 
 
@@ -186,7 +190,7 @@ async def test_service_encodes_each_distinct_text_once_and_uses_cache() -> None:
     encoder = CountingEncoder()
     batcher = MicroBatcher(encoder.encode, max_batch=64, max_queued=100)
     batcher.start()
-    service = EmbeddingService(encoder, batcher, VectorCache(100), Limits(100, 100))
+    service = EmbeddingService([Model(encoder, batcher)], VectorCache(100), Limits(100, 100))
     try:
         first = await service.embed(["a", "b", "a"])
         second = await service.embed(["b", "c"])
@@ -196,3 +200,40 @@ async def test_service_encodes_each_distinct_text_once_and_uses_cache() -> None:
     assert first.cached == 0 and second.cached == 1
     np.testing.assert_allclose(first.vectors[0], first.vectors[2])
     np.testing.assert_allclose(second.vectors[0], first.vectors[1])
+
+
+def test_cache_keys_hold_the_model_apart() -> None:
+    """The same text under two models is two keys, and a name cannot spill into the text."""
+    assert key("a", "text") != key("b", "text")
+    assert key("ab", "c") != key("a", "bc")
+
+
+async def test_each_model_has_its_own_batcher_cache_entries_and_dimension() -> None:
+    """Two models at once: a name picks its model (its dimension, its calls), "" is the
+    default (the first), the cache does not answer one model's text with the other's
+    vector, and an unknown name is INVALID_ARGUMENT on field `model` listing the names."""
+    small, wide = (
+        CountingEncoder(model="small", dimension=8),
+        CountingEncoder(model="wide", dimension=16),
+    )
+    models = [
+        Model(enc, MicroBatcher(enc.encode, max_batch=64, max_queued=100, model=enc.model))
+        for enc in (small, wide)
+    ]
+    for model in models:
+        model.batcher.start()
+    service = EmbeddingService(models, VectorCache(100), Limits(100, 100))
+    try:
+        default = await service.embed(["same text"])
+        by_name = await service.embed(["same text"], "wide")
+        again = await service.embed(["same text"], "small")
+        with pytest.raises(InvalidArgument) as caught:
+            await service.embed(["same text"], "absent")
+    finally:
+        for model in models:
+            await model.batcher.close()
+    assert (default.model, default.vectors.shape, default.cached) == ("small", (1, 8), 0)
+    assert (by_name.model, by_name.vectors.shape, by_name.cached) == ("wide", (1, 16), 0)
+    assert again.cached == 1 and small.calls == [["same text"]] and wide.calls == [["same text"]]
+    assert caught.value.field == "model"
+    assert "'absent'" in caught.value.message and "'small', 'wide'" in caught.value.message

@@ -152,6 +152,13 @@ def test_info_describes_model_and_limits(stub: EmbedStub) -> None:
     info = stub.Info(embedding_pb2.InfoRequest(), timeout=5)
     assert (info.dimension, info.backend, info.max_texts, info.max_batch) == (384, "onnx", 256, 64)
     assert info.vector_encoding == "float32-le-row-major" and info.normalized
+    (only,) = info.models  # one model by default, the one the top-level fields describe
+    assert (only.model, only.dimension, only.backend, only.max_tokens) == (
+        info.model,
+        384,
+        "onnx",
+        256,
+    )
 
 
 def test_standard_grpc_metrics_are_exported(stub: EmbedStub, server: ServiceProcess) -> None:

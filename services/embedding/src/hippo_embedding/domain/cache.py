@@ -1,6 +1,7 @@
-"""LRU cache of vectors keyed by a hash of the text.
+"""LRU cache of vectors keyed by a hash of the model and the text.
 
-Keys are 16-byte BLAKE2b digests, so memory per entry is fixed whatever the text length.
+Keys are 16-byte BLAKE2b digests of (model, text), so memory per entry is fixed whatever
+the text length, and one text embedded by two models is two entries, never confused.
 Hippo embeds the same text more than once (a turn at write time, then as a query or a
 recalled neighbour), and identical short texts ("ok", "thanks!") are common.
 """
@@ -16,8 +17,12 @@ from hippo_embedding import metrics
 from hippo_embedding.domain.encoder import Vectors
 
 
-def key(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+def key(model: str, text: str) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(model.encode("utf-8"))
+    digest.update(b"\0")  # a model name holds no NUL, so (model, text) pairs never collide
+    digest.update(text.encode("utf-8"))
+    return digest.digest()
 
 
 class VectorCache:

@@ -23,7 +23,14 @@ class Encoder(Protocol):
     def backend(self) -> str: ...
 
     @property
-    def dimension(self) -> int: ...
+    def dimension(self) -> int:
+        """Vector length, measured from the loaded model."""
+        ...
+
+    @property
+    def max_tokens(self) -> int:
+        """Window in word pieces; longer texts are truncated."""
+        ...
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         """(len(texts), dimension) float32 rows with L2 norm 1, in input order."""
