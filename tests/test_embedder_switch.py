@@ -185,3 +185,21 @@ def test_a_model_the_embedding_service_lacks_is_refused(
             list(stub.Reindex(retrieval_pb2.ReindexRequest(embedding_model="nope"), timeout=30))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "embedding_model" in (refused.value.details() or "")
+
+
+def test_the_retrieval_adapter_says_how_to_load_a_missing_model(
+    services: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    from hippo_core.errors import FailedPrecondition
+    from hippo_retrieval.adapters.embedding_client import GrpcEmbedder
+
+    embedding, _ = services
+    client = GrpcEmbedder(embedding.addr, 10.0)
+    try:
+        assert [m.name for m in client.models()] == [BUILTIN, OTHER]
+        assert client.embed(["hello"], OTHER).shape == (1, 384)
+        with pytest.raises(FailedPrecondition, match="HIPPO_EMBEDDING_MODELS") as missing:
+            client.embed(["hello"], "not-loaded")
+        assert missing.value.reason == "EMBEDDING_MODEL"
+    finally:
+        client.close()
