@@ -770,3 +770,25 @@ def test_tls_is_off_by_default() -> None:
     docs = rendered("default")
     assert not find(docs, "Certificate")
     assert not any(k.startswith("HIPPO_AUDIT_TLS") for k in config(docs, "audit"))
+
+
+def test_an_embedder_directory_is_mounted_and_listed() -> None:
+    volume = {"name": "models", "persistentVolumeClaim": {"claimName": "embedders"}}
+    mount = {"name": "models", "mountPath": "/models", "readOnly": True}
+    values = merged(
+        "default",
+        {
+            "embedding": {
+                "env": {"MODELS": "builtin,bge=/models/bge-small"},
+                "extraVolumes": [volume],
+                "extraVolumeMounts": [mount],
+            }
+        },
+    )
+    docs = render(values)
+    assert config(docs, "embedding")["HIPPO_EMBEDDING_MODELS"] == "builtin,bge=/models/bge-small"
+    spec = workload(docs, "embedding")["spec"]["template"]["spec"]
+    assert volume in spec["volumes"]
+    assert mount in spec["containers"][0]["volumeMounts"]
+    other = workload(docs, "retrieval")["spec"]["template"]["spec"]
+    assert all(v["name"] != "models" for v in other["volumes"])  # only where asked

@@ -238,6 +238,9 @@ spec:
             - name: witness
               mountPath: /witness
             {{- end }}
+            {{- with $svc.extraVolumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
       volumes:
         # The root filesystem is read-only; Python, onnxruntime and torch want a /tmp.
         - name: tmp
@@ -256,6 +259,9 @@ spec:
         - name: data
           emptyDir:
             sizeLimit: {{ if eq $name "gateway" }}{{ $svc.spoolVolume.sizeLimit }}{{ else }}1Gi{{ end }}
+        {{- end }}
+        {{- with $svc.extraVolumes }}
+        {{- toYaml . | nindent 8 }}
         {{- end }}
       {{- with $svc.nodeSelector }}
       nodeSelector:
