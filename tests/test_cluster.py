@@ -51,6 +51,8 @@ def test_banner_shows_endpoints_and_a_first_example(cluster: LocalCluster) -> No
     for name, addr in cluster.addrs.items():
         assert f"{name:<13} grpc {addr}" in cluster.banner
     assert "hippo remember" in cluster.banner and "MemoryServiceStub" in cluster.banner
+    openai = cluster.env["HIPPO_GATEWAY_OPENAI_PORT"]  # the fixture turns every port on
+    assert f"OpenAI-compatible API http://127.0.0.1:{openai}/v1" in cluster.banner
     assert f"grpc.insecure_channel('{cluster.gateway}')" in cluster.banner
     assert "('x-api-key', 'hippo-local-dev-key')" in cluster.banner  # the key that works
 

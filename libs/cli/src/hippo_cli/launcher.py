@@ -130,7 +130,14 @@ def _replicas(spec: ServiceSpec, count: int, up: Cluster) -> list[Replica]:
     os.environ.update(up.wiring)  # so spec.settings() reads what the processes will
     settings = spec.settings()
     prefix = spec.env_prefix()
-    port_fields = [n for n in spec.settings_type().model_fields if n.endswith("port")]
+    fields = spec.settings_type().model_fields
+    # A port whose default and value are 0 is an API turned off (the gateway's OpenAI
+    # endpoint): it stays off rather than getting a reserved port in cluster mode.
+    port_fields = [
+        n
+        for n in fields
+        if n.endswith("port") and (fields[n].default != 0 or getattr(settings, n) != 0)
+    ]
     out = []
     for index in range(count):
         env = {**os.environ, **up.wiring, "HF_HUB_OFFLINE": "1"}
@@ -310,6 +317,10 @@ def _banner(up: Cluster, settings: CliSettings) -> None:
     for r in up.replicas:
         label = r.name if up.cluster else r.spec.name
         click.echo(f"  {label:<13} grpc {r.addr:<17} metrics {r.metrics}  log {r.log}")
+        openai = r.env.get(f"{r.spec.env_prefix()}OPENAI_PORT", "0")
+        if openai.isdigit() and int(openai):
+            host, scheme = r.addr.rpartition(":")[0], "https" if up.certs else "http"
+            click.echo(f"  {'':<13} OpenAI-compatible API {scheme}://{host}:{openai}/v1")
     if up.postgres is not None:
         click.echo(f"  {'postgres':<13} {up.postgres.url(DATABASE)}  data {up.postgres.data_dir}")
     gateway = endpoints.target([r.addr for r in up.of("gateway")])
