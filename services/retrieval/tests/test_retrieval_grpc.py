@@ -186,6 +186,70 @@ def test_get_returns_records_in_order_inside_the_scope(stub) -> None:  # type: i
     assert "memory_ids: must hold 1..1000" in err.value.details()
 
 
+def test_list_pages_by_cursor_and_lists_sessions_and_users(stub) -> None:  # type: ignore[no-untyped-def]
+    turns = [new_turn(f"list me {i}", 60 + i, user="u-list", session=f"s{i % 2}") for i in range(5)]
+    stub.Write(retrieval_pb2.WriteRequest(tenant="listing", turns=turns), timeout=5)
+    request = retrieval_pb2.ListRequest(
+        tenant="listing", user_id="u-list", newest_first=True, limit=2
+    )
+    texts: list[str] = []
+    pages = 0
+    while True:
+        reply = stub.List(request, timeout=5)
+        texts += [r.text for r in reply.records]
+        pages += 1
+        if not reply.HasField("next"):
+            break
+        request.after.CopyFrom(reply.next)
+    assert texts == [f"list me {i}" for i in reversed(range(5))] and pages == 3
+    only = stub.List(
+        retrieval_pb2.ListRequest(
+            tenant="listing",
+            user_id="u-list",
+            session_id="s1",
+            start_us=1_700_000_000_000_062,
+            limit=10,
+        ),
+        timeout=5,
+    )
+    assert [r.text for r in only.records] == ["list me 3"] and not only.HasField("next")
+    sessions = stub.ListSessions(
+        retrieval_pb2.ListSessionsRequest(tenant="listing", user_id="u-list", limit=1), timeout=5
+    )
+    assert [(s.session_id, s.turns) for s in sessions.sessions] == [("s0", 3)]
+    assert sessions.next == "s0"
+    users = stub.ListUsers(retrieval_pb2.ListUsersRequest(tenant="listing", limit=5), timeout=5)
+    assert [(u.user_id, u.turns, u.sessions) for u in users.users] == [("u-list", 5, 2)]
+    assert users.next == ""
+    cases = [
+        (
+            stub.List,
+            retrieval_pb2.ListRequest(tenant="listing", user_id="u-list"),
+            "limit: must be 1..1000",
+        ),
+        (
+            stub.List,
+            retrieval_pb2.ListRequest(tenant="", user_id="u", limit=1),
+            "tenant: is required",
+        ),
+        (
+            stub.ListSessions,
+            retrieval_pb2.ListSessionsRequest(tenant="listing", limit=1),
+            "user_id: is required",
+        ),
+        (
+            stub.ListUsers,
+            retrieval_pb2.ListUsersRequest(tenant="listing", limit=1001),
+            "limit: must be 1..1000",
+        ),
+    ]
+    for call, bad, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            call(bad, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in err.value.details()
+
+
 def test_delete_and_status(stub) -> None:  # type: ignore[no-untyped-def]
     turns = [new_turn(f"gone-{i} canary", 10 + i, user="u9", session=f"s{i % 2}") for i in range(4)]
     stub.Write(

@@ -14,7 +14,7 @@ import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from hippo_core.settings import DatabaseSettings
 from hippo_retrieval.adapters import sqlite_store
 from hippo_retrieval.adapters.postgres_store import MIGRATIONS, SCHEMA, PostgresTurnStore
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
-from hippo_retrieval.domain.models import Deletion, NewTurn, Role, StoredTurn
+from hippo_retrieval.domain.models import Cursor, Deletion, NewTurn, Role, Scope, StoredTurn
 
 Store = SqliteTurnStore | PostgresTurnStore
 
@@ -932,3 +932,143 @@ def test_other_models_vectors_are_kept_per_model_and_erased_with_the_turn(store:
     # A turn erased before its vector arrives gets none (a re-embedding racing Forget).
     assert store.put_model_vectors("m2", [("t1", a.memory_id, va)]) == 0
     assert store.model_vectors("m2", keys[:1]) == {}
+
+
+# -- listings ----------------------------------------------------------------------------
+
+T0 = 1_700_000_000_000_000
+
+
+def _timed(n: int, time_us: int, **extra: Any) -> NewTurn:
+    return replace(_turn(n, **extra), time_us=time_us)
+
+
+def _page_through(store: Store, scope: Scope, newest_first: bool, limit: int) -> list[list[str]]:
+    """Every page of a listing, each page as its memory ids, following the last row's key."""
+    pages: list[list[str]] = []
+    after: Cursor | None = None
+    while True:
+        page = store.list_turns(scope, newest_first=newest_first, after=after, limit=limit)
+        if not page:
+            return pages
+        pages.append([t.memory_id for t in page])
+        after = Cursor(page[-1].time_us, page[-1].seq)
+
+
+def test_listing_orders_by_time_then_arrival_either_way(store: Store) -> None:
+    # Stored out of time order; turns 1..3 share one time (one Remember request's turns).
+    times = [T0 + 50, T0 + 10, T0 + 10, T0 + 10, T0 + 5, T0 + 90]
+    turns = [_timed(n, t) for n, t in enumerate(times)]
+    store.append(turns)
+    scope = Scope("t1", "u1")
+    oldest = store.list_turns(scope, newest_first=False, after=None, limit=100)
+    want = [turns[i].memory_id for i in (4, 1, 2, 3, 0, 5)]
+    assert [t.memory_id for t in oldest] == want
+    newest = store.list_turns(scope, newest_first=True, after=None, limit=100)
+    assert [t.memory_id for t in newest] == want[::-1]
+    assert oldest[0].text == "turn 4" and oldest[0].vector is None  # whole rows
+
+
+def test_pages_split_equal_times_without_loss_or_repeat(store: Store) -> None:
+    """A page boundary inside a run of equal times (every turn of one request has the
+    receive time) continues at the next turn of the run: the key is (time_us, seq)."""
+    turns = [_timed(n, T0 + (0 if n < 7 else 1)) for n in range(10)]
+    store.append(turns)
+    scope = Scope("t1", "u1")
+    everything = [t.memory_id for t in turns]
+    for newest_first in (False, True):
+        want = everything[::-1] if newest_first else everything
+        for limit in (1, 2, 3, 5, 7, 10, 11):
+            pages = _page_through(store, scope, newest_first, limit)
+            assert [i for p in pages for i in p] == want, (newest_first, limit)
+            assert all(len(p) == limit for p in pages[:-1])
+
+
+def test_empty_and_exactly_one_page(store: Store) -> None:
+    scope = Scope("t1", "u1")
+    assert store.list_turns(scope, newest_first=True, after=None, limit=5) == []
+    turns = [_timed(n, T0 + n) for n in range(5)]
+    store.append(turns)
+    page = store.list_turns(scope, newest_first=False, after=None, limit=5)
+    assert len(page) == 5
+    last = Cursor(page[-1].time_us, page[-1].seq)
+    assert store.list_turns(scope, newest_first=False, after=last, limit=5) == []
+    first = Cursor(page[0].time_us, page[0].seq)
+    assert store.list_turns(scope, newest_first=True, after=first, limit=5) == []
+
+
+def test_listing_filters_by_session_time_and_role(store: Store) -> None:
+    turns = [
+        _timed(n, T0 + n, session="s1" if n < 6 else "s2", client_id=f"c{n}") for n in range(10)
+    ]
+    store.append(turns)
+    by_id = {t.memory_id: t for t in turns}
+
+    def listed(**scope: Any) -> list[str]:
+        page = store.list_turns(
+            Scope("t1", "u1", **scope), newest_first=False, after=None, limit=50
+        )
+        return [t.memory_id for t in page]
+
+    assert [by_id[i].client_id for i in listed(session="s2")] == ["c6", "c7", "c8", "c9"]
+    assert [by_id[i].client_id for i in listed(start_us=T0 + 3, end_us=T0 + 5)] == ["c3", "c4"]
+    assert [by_id[i].client_id for i in listed(start_us=T0 + 8)] == ["c8", "c9"]
+    assert [by_id[i].client_id for i in listed(end_us=T0 + 1)] == ["c0"]
+    assistant = listed(roles=frozenset({Role.ASSISTANT}))
+    assert [by_id[i].client_id for i in assistant] == ["c1", "c3", "c5", "c7", "c9"]
+    both = listed(roles=frozenset({Role.ASSISTANT, Role.USER}))
+    assert len(both) == 10
+    combined = listed(session="s1", start_us=T0 + 2, roles=frozenset({Role.USER}))
+    assert [by_id[i].client_id for i in combined] == ["c2", "c4"]
+    assert listed(session="s3") == []
+
+
+def test_listings_never_cross_tenant_or_user(store: Store) -> None:
+    for tenant, user in [("t1", "u1"), ("t1", "u2"), ("t2", "u1")]:
+        store.append(
+            [_timed(n, T0 + n, tenant=tenant, user=user, session=f"s{n % 2}") for n in range(4)]
+        )
+    for tenant, user in [("t1", "u1"), ("t1", "u2"), ("t2", "u1")]:
+        page = store.list_turns(Scope(tenant, user), newest_first=True, after=None, limit=50)
+        assert len(page) == 4 and {(t.tenant, t.user) for t in page} == {(tenant, user)}
+        assert [s.session for s in store.list_sessions(tenant, user, "", 50)] == ["s0", "s1"]
+    assert store.list_turns(Scope("t3", "u1"), newest_first=True, after=None, limit=50) == []
+    assert store.list_sessions("t2", "u2", "", 50) == []
+    assert [u.user for u in store.list_users("t1", "", 50)] == ["u1", "u2"]
+    assert [u.user for u in store.list_users("t2", "", 50)] == ["u1"]
+    assert store.list_users("t3", "", 50) == []
+    assert store.list_users("t1\x00", "", 50) == []  # NUL matches nothing, on both engines
+
+
+def test_sessions_and_users_are_counted_and_paged_by_id(store: Store) -> None:
+    store.append([_timed(n, T0 + 100 - n, session="b") for n in range(3)])
+    store.append([_timed(n, T0 + 7, session="a", client_id=f"a{n}") for n in range(2)])
+    store.append([_timed(0, T0 + 1000, session="c")])
+    store.append([_timed(0, T0 + 5, user="u0"), _timed(1, T0 + 6, user="u0", session="s2")])
+    sessions = store.list_sessions("t1", "u1", "", 50)
+    assert [(s.session, s.turns, s.first_time_us, s.last_time_us) for s in sessions] == [
+        ("a", 2, T0 + 7, T0 + 7),
+        ("b", 3, T0 + 98, T0 + 100),
+        ("c", 1, T0 + 1000, T0 + 1000),
+    ]
+    assert [s.session for s in store.list_sessions("t1", "u1", "a", 1)] == ["b"]
+    assert [s.session for s in store.list_sessions("t1", "u1", "b", 5)] == ["c"]
+    assert store.list_sessions("t1", "u1", "c", 5) == []
+    users = store.list_users("t1", "", 50)
+    assert [(u.user, u.turns, u.sessions, u.first_time_us, u.last_time_us) for u in users] == [
+        ("u0", 2, 2, T0 + 5, T0 + 6),
+        ("u1", 6, 3, T0 + 7, T0 + 1000),
+    ]
+    assert [u.user for u in store.list_users("t1", "u0", 1)] == ["u1"]
+    # Forgotten turns leave the counts; a session left empty leaves the listing.
+    store.delete("t1", "u1", session="c")
+    store.delete("t1", "u1", session="b", memory_ids=[_turn(0, session="b").memory_id])
+    sessions = store.list_sessions("t1", "u1", "", 50)
+    assert [(s.session, s.turns, s.last_time_us) for s in sessions] == [
+        ("a", 2, T0 + 7),
+        ("b", 2, T0 + 99),
+    ]
+    assert [(u.user, u.turns, u.sessions) for u in store.list_users("t1", "", 50)] == [
+        ("u0", 2, 2),
+        ("u1", 4, 2),
+    ]

@@ -7,7 +7,17 @@ import numpy as np
 from hippo.memory.v1 import memory_pb2
 from hippo.retrieval.v1 import retrieval_pb2
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.models import Mode, NewTurn, Role, Scope, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Cursor,
+    Mode,
+    NewTurn,
+    Role,
+    Scope,
+    SessionStats,
+    StoredTurn,
+    UserStats,
+    Vector,
+)
 from hippo_retrieval.domain.retriever import Hit, SearchResult
 from hippo_retrieval.domain.service import ReindexProgress, Status, WriteResult
 
@@ -83,7 +93,7 @@ def write_response(result: WriteResult) -> retrieval_pb2.WriteResponse:
     )
 
 
-def scope(request: retrieval_pb2.SearchRequest) -> Scope:
+def scope(request: retrieval_pb2.SearchRequest | retrieval_pb2.ListRequest) -> Scope:
     return Scope(
         tenant=request.tenant,
         user=request.user_id,
@@ -141,4 +151,50 @@ def reindex_response(progress: ReindexProgress) -> retrieval_pb2.ReindexResponse
         done=progress.done,
         embedded=progress.embedded,
         embedding_model=progress.embedding_model,
+    )
+
+
+def cursor(request: retrieval_pb2.ListRequest) -> Cursor | None:
+    if not request.HasField("after"):
+        return None
+    return Cursor(request.after.time_us, request.after.seq)
+
+
+def list_response(turns: list[StoredTurn], next_key: Cursor | None) -> retrieval_pb2.ListResponse:
+    out = retrieval_pb2.ListResponse(records=[record(t) for t in turns])
+    if next_key is not None:
+        out.next.CopyFrom(retrieval_pb2.ListCursor(time_us=next_key.time_us, seq=next_key.seq))
+    return out
+
+
+def list_sessions_response(
+    sessions: list[SessionStats], next_after: str
+) -> retrieval_pb2.ListSessionsResponse:
+    return retrieval_pb2.ListSessionsResponse(
+        sessions=[
+            retrieval_pb2.SessionStats(
+                session_id=s.session,
+                turns=s.turns,
+                first_time_us=s.first_time_us,
+                last_time_us=s.last_time_us,
+            )
+            for s in sessions
+        ],
+        next=next_after,
+    )
+
+
+def list_users_response(users: list[UserStats], next_after: str) -> retrieval_pb2.ListUsersResponse:
+    return retrieval_pb2.ListUsersResponse(
+        users=[
+            retrieval_pb2.UserStats(
+                user_id=u.user,
+                turns=u.turns,
+                sessions=u.sessions,
+                first_time_us=u.first_time_us,
+                last_time_us=u.last_time_us,
+            )
+            for u in users
+        ],
+        next=next_after,
     )

@@ -55,6 +55,30 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         turns = await self._domain().get(request.tenant, request.user_id, list(request.memory_ids))
         return retrieval_pb2.GetResponse(records=[convert.record(t) for t in turns])
 
+    async def List(
+        self, request: retrieval_pb2.ListRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.ListResponse:
+        turns, next_key = await self._domain().list_turns(
+            convert.scope(request), request.newest_first, convert.cursor(request), request.limit
+        )
+        return convert.list_response(turns, next_key)
+
+    async def ListSessions(
+        self, request: retrieval_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.ListSessionsResponse:
+        sessions, next_after = await self._domain().list_sessions(
+            request.tenant, request.user_id, request.after, request.limit
+        )
+        return convert.list_sessions_response(sessions, next_after)
+
+    async def ListUsers(
+        self, request: retrieval_pb2.ListUsersRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.ListUsersResponse:
+        users, next_after = await self._domain().list_users(
+            request.tenant, request.after, request.limit
+        )
+        return convert.list_users_response(users, next_after)
+
     async def Delete(
         self, request: retrieval_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.DeleteResponse:

@@ -51,10 +51,24 @@ from hippo_retrieval.adapters.turn_rows import (
     encode_vector,
     feed_entries,
     from_row,
+    list_sessions_query,
+    list_turns_query,
+    list_users_query,
+    session_stats,
     stored,
     to_row,
+    user_stats,
 )
-from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Change,
+    Cursor,
+    NewTurn,
+    Scope,
+    SessionStats,
+    StoredTurn,
+    UserStats,
+    Vector,
+)
 
 SCHEMA = "hippo_retrieval"
 WHAT = "turn store"
@@ -228,6 +242,38 @@ class PostgresTurnStore:
             ).fetchall()
         found = {turn.memory_id: turn for turn in map(from_row, rows)}
         return [found[i] for i in wanted if i in found]
+
+    def list_turns(
+        self, scope: Scope, *, newest_first: bool, after: Cursor | None, limit: int
+    ) -> list[StoredTurn]:
+        """As SqliteTurnStore.list_turns (the same statement)."""
+        if not _storable(scope.tenant, scope.user, scope.session or ""):
+            return []
+        self._check_open()
+        sql, params = list_turns_query(scope, newest_first, after, limit, "%s")
+        with self._db.transaction(WHAT) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [from_row(row) for row in rows]
+
+    def list_sessions(self, tenant: str, user: str, after: str, limit: int) -> list[SessionStats]:
+        """As SqliteTurnStore.list_sessions."""
+        if not _storable(tenant, user, after):
+            return []
+        self._check_open()
+        sql, params = list_sessions_query(tenant, user, after, limit, "%s")
+        with self._db.transaction(WHAT) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [session_stats(row) for row in rows]
+
+    def list_users(self, tenant: str, after: str, limit: int) -> list[UserStats]:
+        """As SqliteTurnStore.list_users."""
+        if not _storable(tenant, after):
+            return []
+        self._check_open()
+        sql, params = list_users_query(tenant, after, limit, "%s")
+        with self._db.transaction(WHAT) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [user_stats(row) for row in rows]
 
     def changes(self, after_seq: int, limit: int) -> list[Change]:
         """As SqliteTurnStore.changes. One statement, so one snapshot: a prefix of the feed

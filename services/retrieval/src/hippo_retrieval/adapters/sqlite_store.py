@@ -39,10 +39,24 @@ from hippo_retrieval.adapters.turn_rows import (
     encode_vector,
     feed_entries,
     from_row,
+    list_sessions_query,
+    list_turns_query,
+    list_users_query,
+    session_stats,
     stored,
     to_row,
+    user_stats,
 )
-from hippo_retrieval.domain.models import Change, NewTurn, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Change,
+    Cursor,
+    NewTurn,
+    Scope,
+    SessionStats,
+    StoredTurn,
+    UserStats,
+    Vector,
+)
 
 NAME = "turn store"
 
@@ -172,6 +186,29 @@ class SqliteTurnStore:
                     turn = from_row(row)
                     found[turn.memory_id] = turn
         return [found[i] for i in wanted if i in found]
+
+    def list_turns(
+        self, scope: Scope, *, newest_first: bool, after: Cursor | None, limit: int
+    ) -> list[StoredTurn]:
+        """A page of the scope's turns by (time_us, seq), after `after` (turn_rows.py)."""
+        sql, params = list_turns_query(scope, newest_first, after, limit, "?")
+        with self._locked() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [from_row(row) for row in rows]
+
+    def list_sessions(self, tenant: str, user: str, after: str, limit: int) -> list[SessionStats]:
+        """A page of the user's sessions by id, after `after`."""
+        sql, params = list_sessions_query(tenant, user, after, limit, "?")
+        with self._locked() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [session_stats(row) for row in rows]
+
+    def list_users(self, tenant: str, after: str, limit: int) -> list[UserStats]:
+        """A page of the tenant's users by id, after `after`."""
+        sql, params = list_users_query(tenant, after, limit, "?")
+        with self._locked() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [user_stats(row) for row in rows]
 
     def changes(self, after_seq: int, limit: int) -> list[Change]:
         """Puts, touches and deletions with seq > after_seq, in seq order, at most `limit`.

@@ -11,7 +11,18 @@ from typing import Any
 import numpy as np
 
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.models import Change, Deletion, NewTurn, Role, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Change,
+    Cursor,
+    Deletion,
+    NewTurn,
+    Role,
+    Scope,
+    SessionStats,
+    StoredTurn,
+    UserStats,
+    Vector,
+)
 
 # The columns of a turn, in the order `from_row` reads them (`t` is the turns table).
 TURN_COLUMNS = (
@@ -117,3 +128,81 @@ def feed_entries(rows: Sequence[Sequence[Any]]) -> list[Change]:
         else:
             out.append(replace(from_row(row[4:]), seq=int(seq)))
     return out
+
+
+# -- listings: one statement per listing, the same text in both engines but for the
+# placeholder (`mark`: "?" in SQLite, "%s" in PostgreSQL). Tenancy and the whole scope
+# are in the WHERE clause. Pages are keysets: the next page starts after the last row's
+# key, so no listing ever reads the rows of the pages before it.
+
+
+def list_turns_query(
+    scope: Scope, newest_first: bool, after: Cursor | None, limit: int, mark: str
+) -> tuple[str, list[Any]]:
+    """A page of the scope's turns by (time_us, seq). turns_by_time (tenant, user_id,
+    time_us) serves the range and the order (in SQLite the rowid, seq, ends every index
+    entry, so it is the tie order for free; PostgreSQL sorts the ties incrementally)."""
+    where = [f"t.tenant = {mark}", f"t.user_id = {mark}"]
+    params: list[Any] = [scope.tenant, scope.user]
+    if scope.session is not None:
+        where.append(f"t.session_id = {mark}")
+        params.append(scope.session)
+    if scope.start_us is not None:
+        where.append(f"t.time_us >= {mark}")
+        params.append(scope.start_us)
+    if scope.end_us is not None:
+        where.append(f"t.time_us < {mark}")
+        params.append(scope.end_us)
+    if scope.roles:
+        roles = sorted(r.value for r in scope.roles)
+        where.append(f"t.role IN ({', '.join([mark] * len(roles))})")
+        params += roles
+    if after is not None:
+        # (time_us, seq) beyond the cursor, written with a plain bound on time_us first so
+        # both planners use it as the index range.
+        cmp, strict = ("<=", "<") if newest_first else (">=", ">")
+        where.append(
+            f"t.time_us {cmp} {mark} AND (t.time_us {strict} {mark} OR t.seq {strict} {mark})"
+        )
+        params += [after.time_us, after.time_us, after.seq]
+    direction = "DESC" if newest_first else "ASC"
+    sql = (
+        f"SELECT {TURN_COLUMNS} FROM turns t WHERE {' AND '.join(where)} "
+        f"ORDER BY t.time_us {direction}, t.seq {direction} LIMIT {mark}"
+    )
+    return sql, [*params, limit]
+
+
+def list_sessions_query(
+    tenant: str, user: str, after: str, limit: int, mark: str
+) -> tuple[str, list[Any]]:
+    """A page of the user's sessions, grouped along turns_by_session."""
+    sql = (
+        "SELECT session_id, COUNT(*), MIN(time_us), MAX(time_us) FROM turns "
+        f"WHERE tenant = {mark} AND user_id = {mark} AND session_id > {mark} "
+        f"GROUP BY session_id ORDER BY session_id LIMIT {mark}"
+    )
+    return sql, [tenant, user, after, limit]
+
+
+def list_users_query(tenant: str, after: str, limit: int, mark: str) -> tuple[str, list[Any]]:
+    """A page of the tenant's users, grouped along turns_by_time (which covers the counts
+    and times); the session count from the sessions table's key (a session row lives
+    exactly as long as the session holds a turn)."""
+    sql = (
+        "SELECT t.user_id, COUNT(*), (SELECT COUNT(*) FROM sessions s WHERE s.tenant = "
+        "t.tenant AND s.user_id = t.user_id), MIN(t.time_us), MAX(t.time_us) FROM turns t "
+        f"WHERE t.tenant = {mark} AND t.user_id > {mark} "
+        f"GROUP BY t.tenant, t.user_id ORDER BY t.user_id LIMIT {mark}"
+    )
+    return sql, [tenant, after, limit]
+
+
+def session_stats(row: Sequence[Any]) -> SessionStats:
+    session, turns, first, last = row
+    return SessionStats(str(session), int(turns), int(first), int(last))
+
+
+def user_stats(row: Sequence[Any]) -> UserStats:
+    user, turns, sessions, first, last = row
+    return UserStats(str(user), int(turns), int(sessions), int(first), int(last))

@@ -113,3 +113,33 @@ class FusedHit:
     fused_score: float
     ranks: Mapping[str, int]  # retriever name -> 1-based rank; absent = not found by it
     scores: Mapping[str, float]  # retriever name -> its own score
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The key of a turn in a listing, (time_us, seq): time order, ties in arrival order.
+    A page of a listing starts after the cursor of the previous page's last turn."""
+
+    time_us: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    """A session of a user, from its stored turns."""
+
+    session: str
+    turns: int
+    first_time_us: int
+    last_time_us: int
+
+
+@dataclass(frozen=True)
+class UserStats:
+    """A user of a tenant, from their stored turns."""
+
+    user: str
+    turns: int
+    sessions: int
+    first_time_us: int
+    last_time_us: int

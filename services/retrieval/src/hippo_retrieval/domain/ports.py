@@ -18,10 +18,13 @@ from typing import Protocol
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,
+    Cursor,
     EmbeddingModel,
     NewTurn,
     Scope,
+    SessionStats,
     StoredTurn,
+    UserStats,
     Vector,
 )
 
@@ -34,6 +37,24 @@ class TurnStore(Protocol):
 
     def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
         """The turns with these ids inside tenant and user, in the order asked; missing skipped."""
+        ...
+
+    def list_turns(
+        self, scope: Scope, *, newest_first: bool, after: Cursor | None, limit: int
+    ) -> list[StoredTurn]:
+        """At most `limit` of the scope's turns (tenant, user, and session, time range and
+        roles when set, all applied in the query) by (time_us, seq), ascending or
+        descending, starting after `after` in that order. Keyset, never an offset."""
+        ...
+
+    def list_sessions(self, tenant: str, user: str, after: str, limit: int) -> list[SessionStats]:
+        """At most `limit` of the user's sessions that hold turns, by session id, with
+        ids after `after` ("" = from the first)."""
+        ...
+
+    def list_users(self, tenant: str, after: str, limit: int) -> list[UserStats]:
+        """At most `limit` of the tenant's users that hold turns, by user id, with ids
+        after `after` ("" = from the first)."""
         ...
 
     def changes(self, after_seq: int, limit: int) -> list[Change]:

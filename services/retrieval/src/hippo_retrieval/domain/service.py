@@ -47,11 +47,14 @@ from typing import ParamSpec, TypeVar
 from hippo_core.errors import FailedPrecondition, HippoError, InvalidArgument
 from hippo_retrieval import metrics
 from hippo_retrieval.domain.models import (
+    Cursor,
     EmbeddingModel,
     Mode,
     NewTurn,
     Scope,
+    SessionStats,
     StoredTurn,
+    UserStats,
     Vector,
 )
 from hippo_retrieval.domain.ports import (
@@ -64,7 +67,15 @@ from hippo_retrieval.domain.ports import (
 )
 from hippo_retrieval.domain.projector import Projector
 from hippo_retrieval.domain.retriever import FusionConfig, Retriever, SearchResult
-from hippo_retrieval.domain.validation import Limits, check_turns, check_vector, require
+from hippo_retrieval.domain.validation import (
+    Limits,
+    check_limit,
+    check_list,
+    check_turns,
+    check_vector,
+    no_nul,
+    require,
+)
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +328,44 @@ class RetrievalService:
                 "memory_ids", f"must hold 1..{self._limits.max_get} ids, got {len(memory_ids)}"
             )
         return await self._run(self._store.get, tenant, user, memory_ids)
+
+    async def list_turns(
+        self, scope: Scope, newest_first: bool, after: Cursor | None, limit: int
+    ) -> tuple[list[StoredTurn], Cursor | None]:
+        """A page of the scope's turns by (time_us, seq), and the cursor of its last turn
+        when more follow (None: the last page). One row more than asked tells which."""
+        check_list(scope, after, limit, self._limits)
+        rows = await self._run(
+            self._store.list_turns,
+            scope,
+            newest_first=newest_first,
+            after=after,
+            limit=limit + 1,
+        )
+        page = rows[:limit]
+        more = len(rows) > limit
+        return page, Cursor(page[-1].time_us, page[-1].seq) if more else None
+
+    async def list_sessions(
+        self, tenant: str, user: str, after: str, limit: int
+    ) -> tuple[list[SessionStats], str]:
+        """A page of the user's sessions by id, and the last id when more follow ("")."""
+        require("tenant", tenant)
+        require("user_id", user)
+        no_nul("after", after)
+        check_limit(limit, self._limits)
+        rows = await self._run(self._store.list_sessions, tenant, user, after, limit + 1)
+        page = rows[:limit]
+        return page, page[-1].session if len(rows) > limit else ""
+
+    async def list_users(self, tenant: str, after: str, limit: int) -> tuple[list[UserStats], str]:
+        """A page of the tenant's users by id, and the last id when more follow ("")."""
+        require("tenant", tenant)
+        no_nul("after", after)
+        check_limit(limit, self._limits)
+        rows = await self._run(self._store.list_users, tenant, after, limit + 1)
+        page = rows[:limit]
+        return page, page[-1].user if len(rows) > limit else ""
 
     async def delete(
         self,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.models import EmbeddingModel, NewTurn
+from hippo_retrieval.domain.models import Cursor, EmbeddingModel, NewTurn, Scope
 
 MAX_ID = 128
 MAX_DIMENSION = 65536
@@ -28,6 +28,7 @@ class Limits:
     dimension: int = 384
     max_memory_ids: int = 10_000
     max_get: int = 1000
+    max_list: int = 1000  # rows per page of a listing
 
 
 def require(field: str, value: str) -> None:
@@ -76,3 +77,20 @@ def check_vector(field: str, vector: np.ndarray, dimension: int) -> None:
         )
     if not np.all(np.isfinite(vector)):
         raise InvalidArgument(field, "holds NaN or infinite values")
+
+
+def check_limit(limit: int, limits: Limits) -> None:
+    if not 1 <= limit <= limits.max_list:
+        raise InvalidArgument("limit", f"must be 1..{limits.max_list}, got {limit}")
+
+
+def check_list(scope: Scope, after: Cursor | None, limit: int, limits: Limits) -> None:
+    require("tenant", scope.tenant)
+    require("user_id", scope.user)
+    if scope.session is not None:
+        require("session_id", scope.session)
+    if scope.start_us is not None and scope.end_us is not None and scope.start_us >= scope.end_us:
+        raise InvalidArgument("start_us", "must be less than end_us")
+    check_limit(limit, limits)
+    if after is not None and after.seq < 1:
+        raise InvalidArgument("after.seq", f"must be at least 1, got {after.seq}")

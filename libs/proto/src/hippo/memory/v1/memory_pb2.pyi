@@ -49,6 +49,12 @@ class InfluenceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INFLUENCE_MODE_DISCLOSE_ONLY: _ClassVar[InfluenceMode]
     INFLUENCE_MODE_ON: _ClassVar[InfluenceMode]
 
+class ListOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIST_ORDER_UNSPECIFIED: _ClassVar[ListOrder]
+    LIST_ORDER_NEWEST_FIRST: _ClassVar[ListOrder]
+    LIST_ORDER_OLDEST_FIRST: _ClassVar[ListOrder]
+
 class OutcomeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OUTCOME_KIND_UNSPECIFIED: _ClassVar[OutcomeKind]
@@ -79,6 +85,9 @@ INFLUENCE_MODE_UNSPECIFIED: InfluenceMode
 INFLUENCE_MODE_OFF: InfluenceMode
 INFLUENCE_MODE_DISCLOSE_ONLY: InfluenceMode
 INFLUENCE_MODE_ON: InfluenceMode
+LIST_ORDER_UNSPECIFIED: ListOrder
+LIST_ORDER_NEWEST_FIRST: ListOrder
+LIST_ORDER_OLDEST_FIRST: ListOrder
 OUTCOME_KIND_UNSPECIFIED: OutcomeKind
 OUTCOME_KIND_ACCEPTED: OutcomeKind
 OUTCOME_KIND_REJECTED: OutcomeKind
@@ -428,6 +437,104 @@ class GetSessionResponse(_message.Message):
     turns_total: int
     updated: _timestamp_pb2.Timestamp
     def __init__(self, window: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ..., window_tokens: _Optional[int] = ..., summary_tokens: _Optional[int] = ..., turns_total: _Optional[int] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListMemoriesRequest(_message.Message):
+    __slots__ = ("scope", "time_range", "roles", "order", "page_size", "page_token")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TIME_RANGE_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    scope: Scope
+    time_range: TimeRange
+    roles: _containers.RepeatedScalarFieldContainer[Role]
+    order: ListOrder
+    page_size: int
+    page_token: str
+    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., time_range: _Optional[_Union[TimeRange, _Mapping]] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., order: _Optional[_Union[ListOrder, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListMemoriesResponse(_message.Message):
+    __slots__ = ("memories", "next_page_token")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[MemoryRecord]
+    next_page_token: str
+    def __init__(self, memories: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetMemoryRequest(_message.Message):
+    __slots__ = ("user_id", "memory_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_id: str
+    def __init__(self, user_id: _Optional[str] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class GetMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: MemoryRecord
+    def __init__(self, memory: _Optional[_Union[MemoryRecord, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("user_id", "page_size", "page_token")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, user_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SessionInfo(_message.Message):
+    __slots__ = ("session_id", "turn_count", "first_time", "last_time")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_count: int
+    first_time: _timestamp_pb2.Timestamp
+    last_time: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class UserInfo(_message.Message):
+    __slots__ = ("user_id", "turn_count", "session_count", "first_time", "last_time")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    turn_count: int
+    session_count: int
+    first_time: _timestamp_pb2.Timestamp
+    last_time: _timestamp_pb2.Timestamp
+    def __init__(self, user_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., session_count: _Optional[int] = ..., first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users", "next_page_token")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserInfo]
+    next_page_token: str
+    def __init__(self, users: _Optional[_Iterable[_Union[UserInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class VerifyAuditRequest(_message.Message):
     __slots__ = ("from_seq", "to_seq")

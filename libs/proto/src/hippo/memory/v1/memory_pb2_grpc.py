@@ -70,6 +70,26 @@ class MemoryServiceStub:
                 request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/hippo.memory.v1.MemoryService/ListMemories',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
+        self.GetMemory = channel.unary_unary(
+                '/hippo.memory.v1.MemoryService/GetMemory',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryResponse.FromString,
+                _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/hippo.memory.v1.MemoryService/ListSessions',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/hippo.memory.v1.MemoryService/ListUsers',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
         self.VerifyAudit = channel.unary_unary(
                 '/hippo.memory.v1.MemoryService/VerifyAudit',
                 request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.VerifyAuditRequest.SerializeToString,
@@ -156,6 +176,42 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMemories(self, request, context):
+        """ListMemories pages through a user's stored memories (optionally one session's),
+        newest or oldest first by MemoryRecord.time (ties in arrival order), with the time
+        and role filters of Recall. Read-only apart from the audit entry it writes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemory(self, request, context):
+        """GetMemory returns one of a user's memories by id. NOT_FOUND when the user has no
+        memory with that id: never written, forgotten, or another user's or tenant's (which
+        are reported as absent). Read-only apart from the audit entry it writes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """ListSessions pages through a user's sessions that hold stored turns, by session_id,
+        with their turn counts and first and last turn times. Read-only; not audited (it
+        returns no memory content, as GetSession's state is not).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """ListUsers pages through the users of the caller's tenant that hold stored turns, by
+        user_id, with their turn and session counts and first and last turn times.
+        Read-only; not audited (no memory content).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def VerifyAudit(self, request, context):
         """VerifyAudit checks the audit log's hash chain (and the latest signed checkpoint, so
         truncation is detected) over a range of sequence numbers. It returns sequence
@@ -216,6 +272,26 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionRequest.FromString,
                     response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'GetMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemory,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.SerializeToString,
             ),
             'VerifyAudit': grpc.unary_unary_rpc_method_handler(
                     servicer.VerifyAudit,
@@ -401,6 +477,114 @@ class MemoryService:
             '/hippo.memory.v1.MemoryService/GetSession',
             hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionRequest.SerializeToString,
             hippo_dot_memory_dot_v1_dot_memory__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/ListMemories',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/GetMemory',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.GetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/ListSessions',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/ListUsers',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -114,6 +114,108 @@ class GetResponse(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[_memory_pb2.MemoryRecord]
     def __init__(self, records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ...) -> None: ...
 
+class ListCursor(_message.Message):
+    __slots__ = ("time_us", "seq")
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    time_us: int
+    seq: int
+    def __init__(self, time_us: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "newest_first", "limit", "after")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    END_US_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_id: str
+    start_us: int
+    end_us: int
+    roles: _containers.RepeatedScalarFieldContainer[_memory_pb2.Role]
+    newest_first: bool
+    limit: int
+    after: ListCursor
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., newest_first: _Optional[bool] = ..., limit: _Optional[int] = ..., after: _Optional[_Union[ListCursor, _Mapping]] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("records", "next")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_memory_pb2.MemoryRecord]
+    next: ListCursor
+    def __init__(self, records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., next: _Optional[_Union[ListCursor, _Mapping]] = ...) -> None: ...
+
+class SessionStats(_message.Message):
+    __slots__ = ("session_id", "turns", "first_time_us", "last_time_us")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turns: int
+    first_time_us: int
+    last_time_us: int
+    def __init__(self, session_id: _Optional[str] = ..., turns: _Optional[int] = ..., first_time_us: _Optional[int] = ..., last_time_us: _Optional[int] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "limit", "after")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    limit: int
+    after: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., limit: _Optional[int] = ..., after: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionStats]
+    next: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionStats, _Mapping]]] = ..., next: _Optional[str] = ...) -> None: ...
+
+class UserStats(_message.Message):
+    __slots__ = ("user_id", "turns", "sessions", "first_time_us", "last_time_us")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    turns: int
+    sessions: int
+    first_time_us: int
+    last_time_us: int
+    def __init__(self, user_id: _Optional[str] = ..., turns: _Optional[int] = ..., sessions: _Optional[int] = ..., first_time_us: _Optional[int] = ..., last_time_us: _Optional[int] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ("tenant", "limit", "after")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    limit: int
+    after: str
+    def __init__(self, tenant: _Optional[str] = ..., limit: _Optional[int] = ..., after: _Optional[str] = ...) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users", "next")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserStats]
+    next: str
+    def __init__(self, users: _Optional[_Iterable[_Union[UserStats, _Mapping]]] = ..., next: _Optional[str] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "session_id", "memory_ids")
     TENANT_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,21 @@ class RetrievalServiceStub:
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.SerializeToString,
                 response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.FromString,
                 _registered_method=True)
+        self.List = channel.unary_unary(
+                '/hippo.retrieval.v1.RetrievalService/List',
+                request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListRequest.SerializeToString,
+                response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListResponse.FromString,
+                _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/hippo.retrieval.v1.RetrievalService/ListSessions',
+                request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/hippo.retrieval.v1.RetrievalService/ListUsers',
+                request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/hippo.retrieval.v1.RetrievalService/Delete',
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteRequest.SerializeToString,
@@ -88,6 +103,28 @@ class RetrievalServiceServicer:
 
     def Get(self, request, context):
         """Get returns stored turns by id, inside the tenant and user; missing ids are skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """List pages through one user's turns in the scope, by (time_us, seq) either way:
+        keyset pagination from the turn store, never an offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """ListSessions pages through one user's sessions that hold turns, by session_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """ListUsers pages through one tenant's users that hold turns, by user_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -134,6 +171,21 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.Get,
                     request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.FromString,
                     response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListRequest.FromString,
+                    response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsRequest.FromString,
+                    response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersRequest.FromString,
+                    response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -233,6 +285,87 @@ class RetrievalService:
             '/hippo.retrieval.v1.RetrievalService/Get',
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetRequest.SerializeToString,
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.GetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.retrieval.v1.RetrievalService/List',
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListRequest.SerializeToString,
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.retrieval.v1.RetrievalService/ListSessions',
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsRequest.SerializeToString,
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.retrieval.v1.RetrievalService/ListUsers',
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersRequest.SerializeToString,
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.ListUsersResponse.FromString,
             options,
             channel_credentials,
             insecure,
