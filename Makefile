@@ -91,6 +91,7 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding_parity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/embedding.py --threads 1,2
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/llm_host.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/llm_third_party.py  # builds .venv-llama/ once (~13 min)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/injection_sweep.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/influence_eval.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/summary_merge.py
