@@ -131,3 +131,45 @@ def test_base_url_and_turns() -> None:
         {"role": "user", "content": "What is the capital of France?"},
     ]
     assert messages_of("plain text") == [{"role": "user", "content": "plain text"}]
+
+
+async def test_a_stream_that_ends_without_a_finish_reason_is_an_error() -> None:
+    """What llama.cpp's server answers for a prompt past its --n_ctx (200, an empty
+    stream), and a stream cut off mid-reply: neither may pass as a finished reply."""
+    import json as _json
+
+    from aiohttp import web
+
+    from hippo_core.errors import FailedPrecondition
+
+    chunk = {
+        "id": "c1",
+        "object": "text_completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "text": "Par", "finish_reason": None}],
+    }
+    bodies = {"/empty/v1/completions": "", "/cut/v1/completions": f"data: {_json.dumps(chunk)}\n\n"}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write((bodies[request.path] + "data: [DONE]\n\n").encode())
+        return response
+
+    app = web.Application()
+    for path in bodies:
+        app.router.add_post(path, answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = reserve_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        with pytest.raises(FailedPrecondition, match="n_ctx"):
+            await _pieces(
+                _openai(f"http://127.0.0.1:{port}/empty/v1"), Generation(max_new_tokens=4)
+            )
+        with pytest.raises(Unavailable, match="cut the stream"):
+            await _pieces(_openai(f"http://127.0.0.1:{port}/cut/v1"), Generation(max_new_tokens=4))
+    finally:
+        await runner.cleanup()

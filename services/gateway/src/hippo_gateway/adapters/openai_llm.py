@@ -194,6 +194,16 @@ class OpenAiLlm:
                     stop = (choice.model_extra or {}).get("stop_reason")
         finally:
             await chunks.close()
+        if not finish:
+            # OpenAI's last chunk always names a finish reason: without one the server
+            # cut the stream. llama.cpp's server does that, with status 200 and no token,
+            # for a prompt longer than its --n_ctx: an empty reply must not pass as one.
+            if not pieces:
+                raise FailedPrecondition(
+                    "llm: the server ended the stream without a token or a finish reason "
+                    "(a prompt longer than its context? llama.cpp: raise --n_ctx)"
+                )
+            raise Unavailable("llm: the server cut the stream off before it finished")
         if finish == "length":
             reason = "length"
         else:
