@@ -28,6 +28,7 @@ from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator, KeyGrant
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
+from hippo_gateway.domain.listing import Listings
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.ports import Llm, Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
@@ -223,6 +224,7 @@ def build(settings: GatewaySettings) -> Service:
             influencer,
         )
         servicer.context = builder
+        servicer.listings = Listings(store, recorder)
         servicer.service = memory
         openai_api.chat = servicer.chat
 

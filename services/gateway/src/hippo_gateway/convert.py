@@ -20,16 +20,20 @@ from hippo_gateway.domain.models import (
     Generation,
     Hit,
     Layout,
+    ListKey,
+    ListQuery,
     Memory,
     Mode,
     Recalled,
     RecallQuery,
     Remembered,
     Role,
+    SessionInfo,
     SessionState,
     SessionTurn,
     TurnIn,
     TurnToStore,
+    UserInfo,
     ZoneKind,
 )
 from hippo_gateway.domain.validation import DEFAULT_TOP_K, MAX_ROLES
@@ -453,3 +457,100 @@ def list_audit_response(
     return memory_pb2.ListAuditEntriesResponse(
         entries=[audit_entry(r) for r in records], next_page_token=next_token
     )
+
+
+def list_query(request: memory_pb2.ListMemoriesRequest) -> ListQuery:
+    if len(request.roles) > MAX_ROLES:
+        raise InvalidArgument("roles", f"at most {MAX_ROLES} entries, got {len(request.roles)}")
+    if request.order not in _ORDERS:
+        raise InvalidArgument("order", f"unknown list order {request.order}")
+    window = request.time_range
+    return ListQuery(
+        user=request.scope.user_id,
+        session=request.scope.session_id or None,
+        start_us=micros(window.start, "time_range.start") if window.HasField("start") else None,
+        end_us=micros(window.end, "time_range.end") if window.HasField("end") else None,
+        roles=frozenset(role(r, f"roles[{i}]") for i, r in enumerate(request.roles)),
+        newest_first=_ORDERS[request.order],
+    )
+
+
+# ListOrder -> newest first?
+_ORDERS = {
+    memory_pb2.LIST_ORDER_UNSPECIFIED: True,
+    memory_pb2.LIST_ORDER_NEWEST_FIRST: True,
+    memory_pb2.LIST_ORDER_OLDEST_FIRST: False,
+}
+
+
+def list_memories_response(memories: list[Memory], token: str) -> memory_pb2.ListMemoriesResponse:
+    return memory_pb2.ListMemoriesResponse(
+        memories=[record(m) for m in memories], next_page_token=token
+    )
+
+
+def _timestamp(time_us: int) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromMicroseconds(time_us)
+    return out
+
+
+def list_sessions_response(
+    sessions: list[SessionInfo], token: str
+) -> memory_pb2.ListSessionsResponse:
+    return memory_pb2.ListSessionsResponse(
+        sessions=[
+            memory_pb2.SessionInfo(
+                session_id=s.session,
+                turn_count=s.turns,
+                first_time=_timestamp(s.first_time_us),
+                last_time=_timestamp(s.last_time_us),
+            )
+            for s in sessions
+        ],
+        next_page_token=token,
+    )
+
+
+def list_users_response(users: list[UserInfo], token: str) -> memory_pb2.ListUsersResponse:
+    return memory_pb2.ListUsersResponse(
+        users=[
+            memory_pb2.UserInfo(
+                user_id=u.user,
+                turn_count=u.turns,
+                session_count=u.sessions,
+                first_time=_timestamp(u.first_time_us),
+                last_time=_timestamp(u.last_time_us),
+            )
+            for u in users
+        ],
+        next_page_token=token,
+    )
+
+
+def list_request(
+    tenant: str, query: ListQuery, after: ListKey | None, limit: int
+) -> retrieval_pb2.ListRequest:
+    out = retrieval_pb2.ListRequest(
+        tenant=tenant,
+        user_id=query.user,
+        session_id=query.session or "",
+        roles=[ROLE_PB[r] for r in sorted(query.roles)],
+        newest_first=query.newest_first,
+        limit=limit,
+    )
+    if query.start_us is not None:
+        out.start_us = query.start_us
+    if query.end_us is not None:
+        out.end_us = query.end_us
+    if after is not None:
+        out.after.CopyFrom(retrieval_pb2.ListCursor(time_us=after[0], seq=after[1]))
+    return out
+
+
+def session_info(s: retrieval_pb2.SessionStats) -> SessionInfo:
+    return SessionInfo(s.session_id, s.turns, s.first_time_us, s.last_time_us)
+
+
+def user_info(u: retrieval_pb2.UserStats) -> UserInfo:
+    return UserInfo(u.user_id, u.turns, u.sessions, u.first_time_us, u.last_time_us)

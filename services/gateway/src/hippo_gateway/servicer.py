@@ -13,6 +13,7 @@ from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator, Caller
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder
+from hippo_gateway.domain.listing import Listings
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.quota import Quotas
 
@@ -28,6 +29,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self.context: ContextBuilder | None = None
         self.chat: ChatService | None = None
         self.audit: AuditTrail | None = None
+        self.listings: Listings | None = None
 
     def _caller(self, context: grpc.aio.ServicerContext, rpc: str) -> Caller:
         """Authenticated, allowed by the key's roles, within the tenant's request rate."""
@@ -51,6 +53,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 raise Unimplemented("this deployment has no audit log (audit_addr is empty)")
             raise Unavailable("the gateway is still connecting to its peers; retry shortly")
         return self.audit
+
+    def _listings(self) -> Listings:
+        if self.listings is None:
+            raise Unavailable("the gateway is still connecting to its peers; retry shortly")
+        return self.listings
 
     def _chat(self) -> ChatService:
         if self.chat is None:
@@ -125,6 +132,38 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             tenant, request.scope.user_id, request.scope.session_id
         )
         return convert.get_session_response(state, records)
+
+    async def ListMemories(
+        self, request: memory_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ListMemoriesResponse:
+        tenant = self._caller(context, "ListMemories").tenant
+        memories, token = await self._listings().memories(
+            tenant, convert.list_query(request), request.page_size, request.page_token
+        )
+        return convert.list_memories_response(memories, token)
+
+    async def GetMemory(
+        self, request: memory_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.GetMemoryResponse:
+        tenant = self._caller(context, "GetMemory").tenant
+        found = await self._listings().memory(tenant, request.user_id, request.memory_id)
+        return memory_pb2.GetMemoryResponse(memory=convert.record(found))
+
+    async def ListSessions(
+        self, request: memory_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ListSessionsResponse:
+        tenant = self._caller(context, "ListSessions").tenant
+        sessions, token = await self._listings().sessions(
+            tenant, request.user_id, request.page_size, request.page_token
+        )
+        return convert.list_sessions_response(sessions, token)
+
+    async def ListUsers(
+        self, request: memory_pb2.ListUsersRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ListUsersResponse:
+        tenant = self._caller(context, "ListUsers").tenant
+        users, token = await self._listings().users(tenant, request.page_size, request.page_token)
+        return convert.list_users_response(users, token)
 
     async def VerifyAudit(
         self, request: memory_pb2.VerifyAuditRequest, context: grpc.aio.ServicerContext

@@ -10,7 +10,17 @@ from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.client import calling
 from hippo_gateway import convert
 from hippo_gateway.adapters.embedding_model import LiveModel
-from hippo_gateway.domain.models import Memory, Recalled, RecallQuery, TurnToStore, Vectors
+from hippo_gateway.domain.models import (
+    ListKey,
+    ListQuery,
+    Memory,
+    Recalled,
+    RecallQuery,
+    SessionInfo,
+    TurnToStore,
+    UserInfo,
+    Vectors,
+)
 
 
 class GrpcTurnStore:
@@ -73,3 +83,28 @@ class GrpcTurnStore:
         async with calling("retrieval"):
             reply = await self._stub.Delete(request)
         return list(reply.memory_ids)
+
+    async def list_memories(
+        self, tenant: str, query: ListQuery, after: ListKey | None, limit: int
+    ) -> tuple[list[Memory], ListKey | None]:
+        request = convert.list_request(tenant, query, after, limit)
+        async with calling("retrieval"):
+            reply = await self._stub.List(request)
+        next_key = (reply.next.time_us, reply.next.seq) if reply.HasField("next") else None
+        return [convert.memory(r) for r in reply.records], next_key
+
+    async def list_sessions(
+        self, tenant: str, user: str, after: str, limit: int
+    ) -> tuple[list[SessionInfo], str]:
+        request = retrieval_pb2.ListSessionsRequest(
+            tenant=tenant, user_id=user, after=after, limit=limit
+        )
+        async with calling("retrieval"):
+            reply = await self._stub.ListSessions(request)
+        return [convert.session_info(s) for s in reply.sessions], reply.next
+
+    async def list_users(self, tenant: str, after: str, limit: int) -> tuple[list[UserInfo], str]:
+        request = retrieval_pb2.ListUsersRequest(tenant=tenant, after=after, limit=limit)
+        async with calling("retrieval"):
+            reply = await self._stub.ListUsers(request)
+        return [convert.user_info(u) for u in reply.users], reply.next

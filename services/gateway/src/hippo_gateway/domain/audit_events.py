@@ -1,12 +1,13 @@
 """What the gateway records in the audit log: the events, and the one builder per entry type.
 
-Every Remember, Recall, BuildContext, Chat, Forget and reported outcome becomes an entry,
-built here by code (never by a model). The entry's `body` is public for the life of the
-log, so it holds ids, counts, scores, ranks and reasons, never user text; what is derived
-from user content (a query's fingerprint, an operator's note, the words of a memtok) goes
-in `private`, which the audit service seals under the user's key and which becomes
-unreadable when the user is forgotten. Every use case builds its entries through these
-functions, so an entry type has one shape wherever it is recorded.
+Every Remember, Recall, BuildContext, Chat, Forget, memory read (GetMemory, ListMemories)
+and reported outcome becomes an entry, built here by code (never by a model). The entry's
+`body` is public for the life of the log, so it holds ids, counts, scores, ranks and
+reasons, never user text; what is derived from user content (a query's fingerprint, an
+operator's note, the words of a memtok) goes in `private`, which the audit service seals
+under the user's key and which becomes unreadable when the user is forgotten. Every use
+case builds its entries through these functions, so an entry type has one shape wherever
+it is recorded.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hippo_core.errors import HippoError
-from hippo_gateway.domain.models import Hit, Recalled, RecallQuery
+from hippo_gateway.domain.models import Hit, ListQuery, Memory, Recalled, RecallQuery
 
 Json = Mapping[str, Any]
 ACTOR = "gateway"
@@ -149,6 +150,26 @@ def recall_event(tenant: str, query: RecallQuery, result: Recalled, fingerprint:
         tuple(h.memory.memory_id for h in result.hits),
         body=body,
         private={"query_fingerprint": fingerprint},
+    )
+
+
+def read_event(
+    tenant: str, rpc: str, memories: Sequence[Memory], query: ListQuery | None = None
+) -> AuditEvent:
+    """A read of stored memories by id or listing (GetMemory, ListMemories): which were
+    returned to the caller. The body holds the filters, never text."""
+    body: dict[str, Any] = {"rpc": rpc, "returned": len(memories)}
+    user = memories[0].user if memories else ""
+    session = ""
+    if query is not None:
+        user, session = query.user, query.session or ""
+        body["order"] = "newest_first" if query.newest_first else "oldest_first"
+        if query.start_us is not None or query.end_us is not None:
+            body["time_range_us"] = [query.start_us, query.end_us]
+        if query.roles:
+            body["roles"] = sorted(r.value for r in query.roles)
+    return AuditEvent(
+        tenant, "read", user, session, tuple(m.memory_id for m in memories), body=body
     )
 
 

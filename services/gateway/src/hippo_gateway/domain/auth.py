@@ -4,7 +4,8 @@ The tenant comes from the key and only from the key. Keys are held as SHA-256 di
 a settings dump or a heap snapshot does not reveal them and an operator may configure
 digests (`sha256:<hex>`) instead of keys at all.
 
-Roles (docs/security.md): `read` (Recall, BuildContext, GetSession), `write` (Remember,
+Roles (docs/security.md): `read` (Recall, BuildContext, GetSession, ListMemories,
+GetMemory, ListSessions, ListUsers), `write` (Remember,
 ReportOutcome), `erase` (Forget), `audit-read` (ListAuditEntries, VerifyAudit of the
 caller's tenant) and `admin` (everything, and VerifyAudit of the whole log). Chat reads
 and stores turns, so it needs both read and write. A key configured without roles is an
@@ -36,6 +37,10 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
     "BuildContext": ("read",),
     "Chat": ("read", "write"),
     "GetSession": ("read",),
+    "ListMemories": ("read",),
+    "GetMemory": ("read",),
+    "ListSessions": ("read",),
+    "ListUsers": ("read",),
     "VerifyAudit": ("audit-read",),
     "ListAuditEntries": ("audit-read",),
     "ReportOutcome": ("write",),

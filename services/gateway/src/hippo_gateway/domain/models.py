@@ -98,6 +98,43 @@ class RecallQuery:
 
 
 @dataclass(frozen=True)
+class ListQuery:
+    """Which of a user's memories ListMemories reads, and in which order."""
+
+    user: str
+    session: str | None = None
+    start_us: int | None = None
+    end_us: int | None = None
+    roles: frozenset[Role] = frozenset()
+    newest_first: bool = True
+
+
+# The key of a memory in a listing, (time_us, store seq): a page starts after it.
+ListKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session of a user, from its stored turns."""
+
+    session: str
+    turns: int
+    first_time_us: int
+    last_time_us: int
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """A user of a tenant, from their stored turns."""
+
+    user: str
+    turns: int
+    sessions: int
+    first_time_us: int
+    last_time_us: int
+
+
+@dataclass(frozen=True)
 class Hit:
     memory: Memory
     fused_score: float

@@ -19,13 +19,17 @@ from hippo_gateway.domain.models import (
     Embedding,
     Generation,
     InfluencePlan,
+    ListKey,
+    ListQuery,
     Memory,
     Piece,
     Recalled,
     RecallQuery,
+    SessionInfo,
     SessionState,
     SessionTurn,
     TurnToStore,
+    UserInfo,
     Vectors,
 )
 
@@ -69,6 +73,23 @@ class TurnStore(Protocol):
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> list[str]:
         """Erase durably; returns the ids erased (absent ones are skipped)."""
+        ...
+
+    async def list_memories(
+        self, tenant: str, query: ListQuery, after: ListKey | None, limit: int
+    ) -> tuple[list[Memory], ListKey | None]:
+        """A page of the user's memories in the query's order, starting after `after`;
+        and the key of its last memory when more follow (None: the last page)."""
+        ...
+
+    async def list_sessions(
+        self, tenant: str, user: str, after: str, limit: int
+    ) -> tuple[list[SessionInfo], str]:
+        """A page of the user's sessions by id after `after`; the last id when more follow."""
+        ...
+
+    async def list_users(self, tenant: str, after: str, limit: int) -> tuple[list[UserInfo], str]:
+        """A page of the tenant's users by id after `after`; the last id when more follow."""
         ...
 
 

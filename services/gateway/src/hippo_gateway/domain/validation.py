@@ -47,6 +47,17 @@ def check_id(field: str, value: str) -> None:
         raise InvalidArgument(field, f"may only hold [A-Za-z0-9._:@-], found {bad!r}")
 
 
+def is_id(value: str) -> bool:
+    return bool(_ID.fullmatch(value))
+
+
+def check_memory_id(field: str, value: str) -> None:
+    """Memory ids are opaque: 1..128 characters without NUL."""
+    if not 1 <= len(value) <= MAX_ID_CHARS:
+        raise InvalidArgument(field, f"must be 1..{MAX_ID_CHARS} characters, got {len(value)}")
+    _no_nul(field, value)
+
+
 def _bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
