@@ -4,9 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/audit -e services/summariser -e services/gateway -e libs/cli
-SOURCES := libs/core/src libs/cli/src services/embedding/src services/injection/src services/retrieval/src services/audit/src services/summariser/src services/gateway/src bench scripts
-TESTS := tests libs/core/tests libs/cli/tests services/embedding/tests services/injection/tests services/retrieval/tests services/audit/tests services/summariser/tests services/gateway/tests
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/audit -e services/summariser -e services/gateway -e libs/cli -e libs/client
+SOURCES := libs/core/src libs/cli/src libs/client/src services/embedding/src services/injection/src services/retrieval/src services/audit/src services/summariser/src services/gateway/src bench scripts
+TESTS := tests libs/core/tests libs/cli/tests libs/client/tests services/embedding/tests services/injection/tests services/retrieval/tests services/audit/tests services/summariser/tests services/gateway/tests
 
 .DEFAULT_GOAL := help
 
