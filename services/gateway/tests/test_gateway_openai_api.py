@@ -381,3 +381,19 @@ def test_domain_fields_are_named_as_openai_spells_them() -> None:
     assert openai_convert.param("token_budget", None) == "max_tokens"
     assert openai_convert.param("params.stop[1]", call) == "stop[1]"
     assert openai_convert.param("scope.session_id", call) == "X-Hippo-Session"
+
+
+def test_requests_are_counted_by_route_and_status(api: OpenAiGateway) -> None:
+    from hippo_core.testing import metric, scrape
+
+    def count(route: str, status: str) -> float:
+        samples = scrape(api.gateway.metrics_url)
+        return metric(samples, "hippo_gateway_http_requests_total", route=route, status=status)
+
+    before = count("/v1/models", "200"), count("other", "404")
+    assert raw(api, "/models", headers={"Authorization": f"Bearer {KEY}"})[0] == 200
+    assert raw(api, "/embeddings", {"input": "x"}, {"Authorization": f"Bearer {KEY}"})[0] == 404
+    assert count("/v1/models", "200") == before[0] + 1
+    assert count("other", "404") == before[1] + 1
+    seconds = scrape(api.gateway.metrics_url)
+    assert metric(seconds, "hippo_gateway_http_request_seconds_count", route="/v1/models") >= 1

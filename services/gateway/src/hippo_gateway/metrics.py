@@ -55,3 +55,18 @@ for _label in ("created", "deduplicated"):
     TURNS.labels(_label)
 for _label in ("spool", "direct"):
     AUDIT_RECORD_SECONDS.labels(_label)
+
+# The OpenAI-compatible HTTP API (openai_api.py); gRPC calls have grpc_server_* instead.
+HTTP_ROUTES = ("/v1/chat/completions", "/v1/models")
+HTTP_REQUESTS = Counter(
+    "hippo_gateway_http_requests",
+    "Requests to the OpenAI-compatible API, by route (other: no such route) and HTTP "
+    "status (for a streamed reply that failed after its headers: the error's status).",
+    ["route", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "hippo_gateway_http_request_seconds",
+    "Time of one request to the OpenAI-compatible API, to its last byte, by route.",
+    ["route"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)

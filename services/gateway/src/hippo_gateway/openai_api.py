@@ -40,6 +40,7 @@ from hippo_core.errors import (
     Unavailable,
 )
 from hippo_core.settings import TlsSettings
+from hippo_gateway import metrics
 from hippo_gateway import openai_convert as convert
 from hippo_gateway.domain.auth import Authenticator
 from hippo_gateway.domain.chat import ChatEvent, ChatService, Finished, Started, Token
@@ -182,10 +183,15 @@ class OpenAiApi:
         request_context.request_id.set(rid)
         request_context.deadline.set(time.monotonic() + self._timeout)
         structlog.contextvars.bind_contextvars(request_id=rid, method=request.path)
+        route = request.path if request.path in metrics.HTTP_ROUTES else "other"
+        started = time.perf_counter()
+        status = 500
         with tracing.http_server_span(f"{request.method} {request.path}", request.headers):
             try:
                 async with asyncio.timeout(self._timeout):
-                    return await handler(request)
+                    response = await handler(request)
+                status = response.status
+                return response
             except Exception as exc:  # the one place errors of this API are mapped
                 if isinstance(exc, TimeoutError):
                     exc = DeadlineExceeded("the request's deadline passed; generation stopped")
@@ -197,6 +203,9 @@ class OpenAiApi:
                     await stream.write(_event(body))
                     await stream.write_eof()
                 return stream
+            finally:
+                metrics.HTTP_REQUESTS.labels(route, str(status)).inc()
+                metrics.HTTP_SECONDS.labels(route).observe(time.perf_counter() - started)
 
     async def _body(self, request: web.Request) -> Any:
         try:
