@@ -75,6 +75,10 @@ RPCS: tuple[Rpc, ...] = (
     Rpc("VerifyAudit", memory_pb2.VerifyAuditRequest),
     Rpc("ListAuditEntries", memory_pb2.ListAuditEntriesRequest),
     Rpc("ReportOutcome", memory_pb2.ReportOutcomeRequest),
+    Rpc("ListMemories", memory_pb2.ListMemoriesRequest),
+    Rpc("GetMemory", memory_pb2.GetMemoryRequest),
+    Rpc("ListSessions", memory_pb2.ListSessionsRequest),
+    Rpc("ListUsers", memory_pb2.ListUsersRequest),
     Rpc("Chat", memory_pb2.ChatRequest, streaming=True),
 )
 BY_NAME = {r.name: r for r in RPCS}
@@ -323,6 +327,60 @@ class Generator:
                     self.odd_text(512),
                 ]
             )
+        return m
+
+    def page_token(self, p: float) -> str:
+        if not self.chance(p):
+            return ""
+        return self.rng.choice(
+            [
+                "garbage",
+                "v1.",
+                "v1.e30",  # {}
+                "v1.eyJrIjpbLTEsMF0sImIiOiJ4In0",  # {"k":[-1,0],"b":"x"}
+                "v1.eyJrIjpbMWUzMDAsMV0sImIiOiJ4In0",  # {"k":[1e300,1],"b":"x"}
+                "v1.eyJrIjpudWxsfQ",  # {"k":null}
+                "v2." + "A" * 40,
+                "v1." + "A" * 2000,
+                self.odd_text(512),
+            ]
+        )
+
+    def _listmemories(self, p: float) -> Message:
+        m = memory_pb2.ListMemoriesRequest()
+        self.scope(m.scope, p, session=False)
+        if self.chance(0.5):
+            self.timestamp(m.time_range.start, p)
+        if self.chance(0.3):
+            self.timestamp(m.time_range.end, p)
+        for _ in range(self.rng.choice([0, 0, 1, 2, 5]) if self.chance(p) else 1):
+            if self.chance(0.4):
+                m.roles.append(self.enum([1, 2, 3, 4], p))
+        m.order = self.enum([0, 1, 2], p)
+        m.page_size = self.int32([0, 1, 10, 50, 1000], p)
+        m.page_token = self.page_token(p)
+        return m
+
+    def _getmemory(self, p: float) -> Message:
+        m = memory_pb2.GetMemoryRequest()
+        m.user_id = self.ident(p, self.users)
+        if self.memory_ids and not self.chance(p):
+            m.memory_id = self.rng.choice(self.memory_ids)
+        else:
+            m.memory_id = self.ident(p, ["m-absent", "0" * 32])
+        return m
+
+    def _listsessions(self, p: float) -> Message:
+        m = memory_pb2.ListSessionsRequest()
+        m.user_id = self.ident(p, self.users)
+        m.page_size = self.int32([0, 1, 10, 50, 1000], p)
+        m.page_token = self.page_token(p)
+        return m
+
+    def _listusers(self, p: float) -> Message:
+        m = memory_pb2.ListUsersRequest()
+        m.page_size = self.int32([0, 1, 10, 50, 1000], p)
+        m.page_token = self.page_token(p)
         return m
 
     def _reportoutcome(self, p: float) -> Message:
