@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,6 +29,7 @@ from hippo_client import (
     InvalidArgument,
     ResourceExhausted,
     RetryPolicy,
+    TlsConfig,
     Unauthenticated,
     Unavailable,
 )
@@ -286,3 +288,43 @@ def test_sync_pages_walk_every_token(double: tuple[Double, str]) -> None:
         assert [e.seq for e in client.audit_entries("alice")] == [1, 2, 3, 4, 5, 6]
         first = client.list_audit_entries("alice", page_size=2)
     assert len(first) == 2 and first.next_page_token == "1"
+
+
+def test_tls_with_a_client_certificate_and_a_server_name(tmp_path: Path) -> None:
+    # Test-only: hippo_core's throwaway CA (the SDK itself never imports hippo_core).
+    from hippo_core.certs import Authority
+
+    authority = Authority(tmp_path)
+    served = authority.issue("gateway", dns=["gateway.example"])
+    mine = authority.issue("operator")
+    servicer = Double()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    rpc.add_MemoryServiceServicer_to_server(servicer, server)
+    credentials = grpc.ssl_server_credentials(
+        [(served.key_file.read_bytes(), served.cert_file.read_bytes())],
+        root_certificates=authority.ca_file.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    try:
+        tls = TlsConfig(
+            ca_file=authority.ca_file,
+            cert_file=mine.cert_file,
+            key_file=mine.key_file,
+            server_name="gateway.example",
+        )
+        with Client(f"127.0.0.1:{port}", KEY, tls=tls) as client:
+            assert len(client.recall("alice", "q")) == 1
+        anonymous = TlsConfig(ca_file=authority.ca_file)  # no client certificate: refused
+        address = f"127.0.0.1:{port}"
+        with (
+            Client(address, KEY, tls=anonymous, timeout=2) as client,
+            pytest.raises(HippoError) as refused,
+        ):
+            client.recall("alice", "q")
+        assert refused.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+        with pytest.raises(ValueError):
+            TlsConfig(cert_file=mine.cert_file)  # a certificate needs its key
+    finally:
+        server.stop(None)
