@@ -33,17 +33,28 @@ def table(service: str) -> tuple[str, dict[str, frozenset[str]]]:
     return module.FULL_NAME, module.CALLERS
 
 
+def _stub_calls(text: str) -> set[tuple[str, str]]:
+    peers = {peer for stub, peer in STUBS.items() if f"{stub}(" in text}
+    if len(peers) != 1:
+        return set()
+    (peer,) = peers
+    return {(peer, method) for method in re.findall(r"_?stub\.([A-Z]\w+)\b", text)}
+
+
 def calls_from_source(caller: str) -> set[tuple[str, str]]:
-    """(peer, method) for every `stub.Method(` in a module that makes a peer's stub."""
+    """(peer, method) for every `stub.Method(` in a module that makes a peer's stub,
+    including the shared clients in hippo_core the service imports."""
+    core = {
+        f"hippo_core.{path.stem}": path
+        for path in (ROOT / "libs" / "core" / "src" / "hippo_core").glob("*.py")
+    }
     found = set()
     for path in (ROOT / "services" / caller / "src").rglob("*.py"):
         text = path.read_text()
-        peers = {peer for stub, peer in STUBS.items() if f"{stub}(" in text}
-        if len(peers) != 1:
-            continue
-        (peer,) = peers
-        for method in re.findall(r"_?stub\.([A-Z]\w+)\(", text):
-            found.add((peer, method))
+        found |= _stub_calls(text)
+        for module, core_path in core.items():
+            if re.search(rf"\b{re.escape(module)}\b", text):
+                found |= _stub_calls(core_path.read_text())
     return found
 
 

@@ -24,7 +24,7 @@ CALLERS = callers(
     {
         # retrieval re-embeds every turn when an index is rebuilt with another model.
         "Embed": {"gateway", "injection", "retrieval", OPERATOR},
-        "Info": {"gateway", "retrieval", OPERATOR},
+        "Info": {"gateway", "injection", "retrieval", OPERATOR},
         "DropCache": {"gateway", OPERATOR},  # Forget's erasure
     },
 )
