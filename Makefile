@@ -13,7 +13,7 @@ TESTS := tests libs/core/tests libs/cli/tests libs/client/tests services/embeddi
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml services/*/pyproject.toml requirements-dev.txt
+$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml libs/client/pyproject.toml services/*/pyproject.toml requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: the CPU build on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
