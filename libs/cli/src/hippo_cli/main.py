@@ -17,7 +17,7 @@ from hippo_cli import audit, chat, endpoints, launcher, memory, memtok, ops, rep
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
-from hippo_core import client, envfile
+from hippo_core import client, embedding_client, envfile
 from hippo_core.settings import TlsSettings
 
 
@@ -173,7 +173,7 @@ def embed(settings: CliSettings, texts: tuple[str, ...], as_json: bool) -> None:
         reply = asyncio.run(run())
     except grpc.aio.AioRpcError as exc:
         _fail(exc)
-    vectors = np.frombuffer(reply.vectors, dtype="<f4").reshape(reply.count, reply.dimension)
+    vectors = embedding_client.vectors(reply)
     if as_json:
         click.echo(json.dumps({"model": reply.model, "vectors": vectors.tolist()}))
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,19 @@ from hippo_core import backoff, client, errors
 from hippo_core.settings import TlsSettings
 
 Vectors = npt.NDArray[np.float32]
+
+
+def chunks(texts: Sequence[str], max_texts: int, max_chars: int) -> Iterator[list[str]]:
+    """The texts in calls of at most `max_texts` (the service's Info), each cut to
+    `max_chars`: the model ignores the rest anyway, and the service refuses longer ones."""
+    for start in range(0, len(texts), max_texts):
+        yield [t[:max_chars] for t in texts[start : start + max_texts]]
+
+
+def vectors(reply: embedding_pb2.EmbedResponse) -> Vectors:
+    """An EmbedResponse's packed '<f4' buffer as a (count, dimension) float32 array."""
+    flat = np.frombuffer(reply.vectors, dtype="<f4").astype(np.float32)
+    return flat.reshape(reply.count, reply.dimension)
 
 
 @dataclass(frozen=True)
@@ -63,13 +76,11 @@ class BlockingEmbedder:
             self.models()
         rows: list[Vectors] = []
         used = model
-        for start in range(0, len(texts), self._max_texts):
-            chunk = [t[: self._max_chars] for t in texts[start : start + self._max_texts]]
+        for chunk in chunks(texts, self._max_texts, self._max_chars):
             reply = self._call(
                 self._stub.Embed, embedding_pb2.EmbedRequest(texts=chunk, model=model)
             )
-            flat = np.frombuffer(reply.vectors, dtype="<f4").astype(np.float32)
-            rows.append(flat.reshape(reply.count, reply.dimension))
+            rows.append(vectors(reply))
             used = reply.model
         if not rows:
             return np.zeros((0, 0), dtype=np.float32), used

@@ -51,9 +51,3 @@ def info_response(
         max_tokens=default.max_tokens,
         models=[model_info(encoder) for encoder in encoders],
     )
-
-
-def vectors(response: embedding_pb2.EmbedResponse) -> np.ndarray:
-    """The client side: the packed buffer as a (count, dimension) float32 array."""
-    flat = np.frombuffer(response.vectors, dtype="<f4")
-    return flat.reshape(response.count, response.dimension)

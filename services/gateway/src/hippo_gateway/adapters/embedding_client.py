@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
-from hippo_core import client
+from hippo_core import client, embedding_client
 from hippo_core.client import calling
 from hippo_core.errors import InvalidArgument
 from hippo_core.settings import ClientSettings, TlsSettings
@@ -65,15 +65,13 @@ class GrpcEmbedder:
 
     async def _embed(self, texts: Sequence[str], model: str) -> Embedding:
         rows: list[Vectors] = []
-        for start in range(0, len(texts), self._max_texts):
-            chunk = [t[: self._max_chars] for t in texts[start : start + self._max_texts]]
+        for chunk in embedding_client.chunks(texts, self._max_texts, self._max_chars):
             async with calling("embedding"):
                 reply = await self._stub.Embed(embedding_pb2.EmbedRequest(texts=chunk, model=model))
             # The rest by the name of the model that made the first chunk: one Embedding
             # is one model's, even where replicas differ in their default (a rollout).
             model = reply.model or model
-            flat = np.frombuffer(reply.vectors, dtype="<f4").astype(np.float32)
-            rows.append(flat.reshape(reply.count, reply.dimension))
+            rows.append(embedding_client.vectors(reply))
         if not rows:
             return Embedding(np.empty((0, self.dimension), np.float32), model)
         return Embedding(np.concatenate(rows), model)
