@@ -45,7 +45,7 @@ def no_nul(field: str, value: str) -> None:
 
 
 def check_turns(
-    tenant: str, turns: Sequence[NewTurn], limits: Limits, model: EmbeddingModel | None = None
+    tenant: str, turns: Sequence[NewTurn], limits: Limits, model: EmbeddingModel
 ) -> None:
     """`model`: the live index's; a vector of it must have its dimension, another
     model's (embedded again for the index) only one finite row of a sane length."""
@@ -61,8 +61,8 @@ def check_turns(
         if turn.vector is None:
             continue
         field = f"turns[{i}].vector"
-        if model is None or turn.vector_model == model.name:
-            check_vector(field, turn.vector, model.dimension if model else limits.dimension)
+        if turn.vector_model == model.name:
+            check_vector(field, turn.vector, model.dimension)
         else:
             check_vector(field, turn.vector, turn.vector.size)
             if turn.vector.size > MAX_DIMENSION:
