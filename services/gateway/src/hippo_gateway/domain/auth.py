@@ -5,8 +5,8 @@ a settings dump or a heap snapshot does not reveal them and an operator may conf
 digests (`sha256:<hex>`) instead of keys at all.
 
 Roles (docs/security.md): `read` (Recall, BuildContext, GetSession, ListMemories,
-GetMemory, ListSessions, ListUsers), `write` (Remember,
-ReportOutcome), `erase` (Forget), `audit-read` (ListAuditEntries, VerifyAudit of the
+GetMemory, ListSessions, ListUsers, ExportUser), `write` (Remember, ImportTurns,
+UpdateMemoryMetadata, ReportOutcome), `erase` (Forget), `audit-read` (ListAuditEntries, VerifyAudit of the
 caller's tenant) and `admin` (everything, and VerifyAudit of the whole log). Chat reads
 and stores turns, so it needs both read and write. A key configured without roles is an
 application key: read, write, erase (audit bodies are not an application's to read).
@@ -41,6 +41,9 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
     "GetMemory": ("read",),
     "ListSessions": ("read",),
     "ListUsers": ("read",),
+    "UpdateMemoryMetadata": ("write",),
+    "ExportUser": ("read",),
+    "ImportTurns": ("write",),
     "VerifyAudit": ("audit-read",),
     "ListAuditEntries": ("audit-read",),
     "ReportOutcome": ("write",),

@@ -199,20 +199,29 @@ class RememberResponse(_message.Message):
     def __init__(self, memory_ids: _Optional[_Iterable[str]] = ..., created: _Optional[int] = ..., deduplicated: _Optional[int] = ...) -> None: ...
 
 class RecallRequest(_message.Message):
-    __slots__ = ("scope", "query", "mode", "top_k", "time_range", "roles")
+    __slots__ = ("scope", "query", "mode", "top_k", "time_range", "roles", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     TIME_RANGE_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     query: str
     mode: RecallMode
     top_k: int
     time_range: TimeRange
     roles: _containers.RepeatedScalarFieldContainer[Role]
-    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., query: _Optional[str] = ..., mode: _Optional[_Union[RecallMode, str]] = ..., top_k: _Optional[int] = ..., time_range: _Optional[_Union[TimeRange, _Mapping]] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ...) -> None: ...
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., query: _Optional[str] = ..., mode: _Optional[_Union[RecallMode, str]] = ..., top_k: _Optional[int] = ..., time_range: _Optional[_Union[TimeRange, _Mapping]] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("memory", "fused_score", "lexical_rank", "semantic_rank", "lexical_score", "semantic_score")
@@ -439,20 +448,29 @@ class GetSessionResponse(_message.Message):
     def __init__(self, window: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ..., window_tokens: _Optional[int] = ..., summary_tokens: _Optional[int] = ..., turns_total: _Optional[int] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListMemoriesRequest(_message.Message):
-    __slots__ = ("scope", "time_range", "roles", "order", "page_size", "page_token")
+    __slots__ = ("scope", "time_range", "roles", "order", "page_size", "page_token", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     TIME_RANGE_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     time_range: TimeRange
     roles: _containers.RepeatedScalarFieldContainer[Role]
     order: ListOrder
     page_size: int
     page_token: str
-    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., time_range: _Optional[_Union[TimeRange, _Mapping]] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., order: _Optional[_Union[ListOrder, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., time_range: _Optional[_Union[TimeRange, _Mapping]] = ..., roles: _Optional[_Iterable[_Union[Role, str]]] = ..., order: _Optional[_Union[ListOrder, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListMemoriesResponse(_message.Message):
     __slots__ = ("memories", "next_page_token")
@@ -535,6 +553,95 @@ class ListUsersResponse(_message.Message):
     users: _containers.RepeatedCompositeFieldContainer[UserInfo]
     next_page_token: str
     def __init__(self, users: _Optional[_Iterable[_Union[UserInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class UpdateMemoryMetadataRequest(_message.Message):
+    __slots__ = ("user_id", "memory_id", "set", "remove")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_id: str
+    set: _containers.ScalarMap[str, str]
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, user_id: _Optional[str] = ..., memory_id: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateMemoryMetadataResponse(_message.Message):
+    __slots__ = ("memory", "audit_seq")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    memory: MemoryRecord
+    audit_seq: int
+    def __init__(self, memory: _Optional[_Union[MemoryRecord, _Mapping]] = ..., audit_seq: _Optional[int] = ...) -> None: ...
+
+class ExportUserRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class ExportHeader(_message.Message):
+    __slots__ = ("format_version", "user_id", "audit_seq", "time")
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    format_version: int
+    user_id: str
+    audit_seq: int
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, format_version: _Optional[int] = ..., user_id: _Optional[str] = ..., audit_seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ExportedSession(_message.Message):
+    __slots__ = ("session", "summary", "version")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    session: SessionInfo
+    summary: str
+    version: int
+    def __init__(self, session: _Optional[_Union[SessionInfo, _Mapping]] = ..., summary: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ExportFooter(_message.Message):
+    __slots__ = ("memories", "sessions")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    memories: int
+    sessions: int
+    def __init__(self, memories: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
+
+class ExportUserResponse(_message.Message):
+    __slots__ = ("header", "memory", "session", "footer")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    FOOTER_FIELD_NUMBER: _ClassVar[int]
+    header: ExportHeader
+    memory: MemoryRecord
+    session: ExportedSession
+    footer: ExportFooter
+    def __init__(self, header: _Optional[_Union[ExportHeader, _Mapping]] = ..., memory: _Optional[_Union[MemoryRecord, _Mapping]] = ..., session: _Optional[_Union[ExportedSession, _Mapping]] = ..., footer: _Optional[_Union[ExportFooter, _Mapping]] = ...) -> None: ...
+
+class ImportTurnsRequest(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[MemoryRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ...) -> None: ...
+
+class ImportTurnsResponse(_message.Message):
+    __slots__ = ("created", "deduplicated")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    created: int
+    deduplicated: int
+    def __init__(self, created: _Optional[int] = ..., deduplicated: _Optional[int] = ...) -> None: ...
 
 class VerifyAuditRequest(_message.Message):
     __slots__ = ("from_seq", "to_seq")

@@ -90,6 +90,21 @@ class MemoryServiceStub:
                 request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
                 response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
                 _registered_method=True)
+        self.UpdateMemoryMetadata = channel.unary_unary(
+                '/hippo.memory.v1.MemoryService/UpdateMemoryMetadata',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataResponse.FromString,
+                _registered_method=True)
+        self.ExportUser = channel.unary_stream(
+                '/hippo.memory.v1.MemoryService/ExportUser',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserResponse.FromString,
+                _registered_method=True)
+        self.ImportTurns = channel.stream_unary(
+                '/hippo.memory.v1.MemoryService/ImportTurns',
+                request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsRequest.SerializeToString,
+                response_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsResponse.FromString,
+                _registered_method=True)
         self.VerifyAudit = channel.unary_unary(
                 '/hippo.memory.v1.MemoryService/VerifyAudit',
                 request_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.VerifyAuditRequest.SerializeToString,
@@ -212,6 +227,39 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMemoryMetadata(self, request, context):
+        """UpdateMemoryMetadata changes the metadata of one of a user's memories: keys in `set`
+        are added or replaced, keys in `remove` are dropped. The text, role, time and ids of
+        a memory never change. The result obeys Turn.metadata's limits; the change is
+        audited and re-indexed (a changed `speaker` or `attachment` changes what is
+        searched), searchable within the usual index lag. NOT_FOUND as GetMemory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportUser(self, request, context):
+        """ExportUser streams everything stored for a user: one ExportHeader (with the audit
+        seq of the "export" entry recorded as the export starts), every memory oldest first,
+        every session with its summary, then one ExportFooter with the counts. Written one
+        message per line as proto JSON it is the JSONL export format (docs/export.md).
+        Needs the read role. Writes made while the stream runs may or may not be included.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportTurns(self, request_iterator, context):
+        """ImportTurns stores records (typically an export) keeping their memory ids, with the
+        validation and write path of Remember (summaries are rebuilt from the turns). Each
+        message is stored whole or not at all, in order; an id already stored in the tenant
+        is skipped and counted as deduplicated, so a failed import is resumed by sending
+        the same stream again. Needs the write role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def VerifyAudit(self, request, context):
         """VerifyAudit checks the audit log's hash chain (and the latest signed checkpoint, so
         truncation is detected) over a range of sequence numbers. It returns sequence
@@ -292,6 +340,21 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListUsers,
                     request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.FromString,
                     response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'UpdateMemoryMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemoryMetadata,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataResponse.SerializeToString,
+            ),
+            'ExportUser': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportUser,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserResponse.SerializeToString,
+            ),
+            'ImportTurns': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportTurns,
+                    request_deserializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsRequest.FromString,
+                    response_serializer=hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsResponse.SerializeToString,
             ),
             'VerifyAudit': grpc.unary_unary_rpc_method_handler(
                     servicer.VerifyAudit,
@@ -585,6 +648,87 @@ class MemoryService:
             '/hippo.memory.v1.MemoryService/ListUsers',
             hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
             hippo_dot_memory_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemoryMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/UpdateMemoryMetadata',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hippo.memory.v1.MemoryService/ExportUser',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ExportUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportTurns(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/hippo.memory.v1.MemoryService/ImportTurns',
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsRequest.SerializeToString,
+            hippo_dot_memory_dot_v1_dot_memory__pb2.ImportTurnsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,7 +61,14 @@ class WriteResponse(_message.Message):
     def __init__(self, created: _Optional[_Iterable[bool]] = ..., records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., searchable: _Optional[bool] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k", "vector_model")
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k", "vector_model", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +80,7 @@ class SearchRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     VECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user_id: str
     session_id: str
@@ -84,7 +92,8 @@ class SearchRequest(_message.Message):
     mode: _memory_pb2.RecallMode
     top_k: int
     vector_model: str
-    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ..., vector_model: _Optional[str] = ...) -> None: ...
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ..., vector_model: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("hits", "lexical_candidates", "semantic_candidates", "embedding_model")
@@ -123,7 +132,14 @@ class ListCursor(_message.Message):
     def __init__(self, time_us: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "newest_first", "limit", "after")
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "newest_first", "limit", "after", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +149,7 @@ class ListRequest(_message.Message):
     NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user_id: str
     session_id: str
@@ -142,7 +159,8 @@ class ListRequest(_message.Message):
     newest_first: bool
     limit: int
     after: ListCursor
-    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., newest_first: _Optional[bool] = ..., limit: _Optional[int] = ..., after: _Optional[_Union[ListCursor, _Mapping]] = ...) -> None: ...
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., newest_first: _Optional[bool] = ..., limit: _Optional[int] = ..., after: _Optional[_Union[ListCursor, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("records", "next")
@@ -215,6 +233,35 @@ class ListUsersResponse(_message.Message):
     users: _containers.RepeatedCompositeFieldContainer[UserStats]
     next: str
     def __init__(self, users: _Optional[_Iterable[_Union[UserStats, _Mapping]]] = ..., next: _Optional[str] = ...) -> None: ...
+
+class UpdateMetadataRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "memory_id", "set", "remove")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    memory_id: str
+    set: _containers.ScalarMap[str, str]
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., memory_id: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateMetadataResponse(_message.Message):
+    __slots__ = ("record", "changed")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    record: _memory_pb2.MemoryRecord
+    changed: bool
+    def __init__(self, record: _Optional[_Union[_memory_pb2.MemoryRecord, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "session_id", "memory_ids")

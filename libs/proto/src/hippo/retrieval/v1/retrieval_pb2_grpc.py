@@ -70,6 +70,11 @@ class RetrievalServiceStub:
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteResponse.FromString,
                 _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/hippo.retrieval.v1.RetrievalService/UpdateMetadata',
+                request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/hippo.retrieval.v1.RetrievalService/Status',
                 request_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.StatusRequest.SerializeToString,
@@ -137,6 +142,14 @@ class RetrievalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMetadata(self, request, context):
+        """UpdateMetadata changes one turn's metadata (text and ids never change) in the turn
+        store and, through the change feed, in both indexes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Status reports the stores' sequence numbers (index lag) and sizes.
         """
@@ -191,6 +204,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteRequest.FromString,
                     response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteResponse.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -393,6 +411,33 @@ class RetrievalService:
             '/hippo.retrieval.v1.RetrievalService/Delete',
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteRequest.SerializeToString,
             hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.retrieval.v1.RetrievalService/UpdateMetadata',
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataRequest.SerializeToString,
+            hippo_dot_retrieval_dot_v1_dot_retrieval__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
