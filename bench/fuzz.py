@@ -59,7 +59,8 @@ SERVICE = "hippo.memory.v1.MemoryService"
 class Rpc:
     name: str
     request: type[Message]
-    streaming: bool = False
+    streaming: bool = False  # a server stream of replies
+    uploading: bool = False  # a client stream of requests
 
     @property
     def path(self) -> str:
@@ -80,6 +81,9 @@ RPCS: tuple[Rpc, ...] = (
     Rpc("ListSessions", memory_pb2.ListSessionsRequest),
     Rpc("ListUsers", memory_pb2.ListUsersRequest),
     Rpc("Chat", memory_pb2.ChatRequest, streaming=True),
+    Rpc("UpdateMemoryMetadata", memory_pb2.UpdateMemoryMetadataRequest),
+    Rpc("ExportUser", memory_pb2.ExportUserRequest, streaming=True),
+    Rpc("ImportTurns", memory_pb2.ImportTurnsRequest, uploading=True),
 )
 BY_NAME = {r.name: r for r in RPCS}
 
@@ -225,6 +229,22 @@ class Generator:
             return {"attachment": self.odd_text(META_VALUE)}
         return {self.rng.choice(ODD) or "k": self.rng.choice(ODD)}
 
+    def filter(self, p_odd: float) -> dict[str, str]:
+        """A metadata filter: mostly none or a declared key, else undeclared keys, too
+        many entries or odd values."""
+        if not self.chance(p_odd):
+            if self.chance(0.7):
+                return {}
+            return {"speaker": self.rng.choice(["Caroline", "Melanie", "bot"])}
+        r = self.rng.random()
+        if r < 0.3:
+            return {"not-declared": "x"}
+        if r < 0.5:
+            return {"speaker": self.odd_text(META_VALUE)}
+        if r < 0.7:
+            return {f"k{i}": "v" for i in range(self.rng.choice([8, 9, 100]))}
+        return self.metadata(1.0)
+
     # -- messages --------------------------------------------------------------------
 
     def message(self, rpc: str, p_odd: float) -> Message:
@@ -265,6 +285,8 @@ class Generator:
         roles = self.rng.choice([0, 5, 50]) if self.chance(p / 2) else self.rng.randint(0, 2)
         for _ in range(roles):
             m.roles.append(self.enum([1, 2, 3, 4], p))
+        for k, v in self.filter(p).items():
+            m.metadata[k] = v
         return m
 
     def _forget(self, p: float) -> Message:
@@ -359,6 +381,8 @@ class Generator:
         m.order = self.enum([0, 1, 2], p)
         m.page_size = self.int32([0, 1, 10, 50, 1000], p)
         m.page_token = self.page_token(p)
+        for k, v in self.filter(p).items():
+            m.metadata[k] = v
         return m
 
     def _getmemory(self, p: float) -> Message:
@@ -381,6 +405,44 @@ class Generator:
         m = memory_pb2.ListUsersRequest()
         m.page_size = self.int32([0, 1, 10, 50, 1000], p)
         m.page_token = self.page_token(p)
+        return m
+
+    def _updatememorymetadata(self, p: float) -> Message:
+        m = memory_pb2.UpdateMemoryMetadataRequest()
+        m.user_id = self.ident(p, self.users)
+        if self.memory_ids and not self.chance(p):
+            m.memory_id = self.rng.choice(self.memory_ids)
+        else:
+            m.memory_id = self.ident(p, ["m-absent", "0" * 32])
+        for k, v in self.metadata(p).items():
+            m.set[k] = v
+        n = self.rng.choice([0, 32, 33, 500]) if self.chance(p / 2) else self.rng.randint(0, 2)
+        for _ in range(n):
+            m.remove.append(self.rng.choice(["speaker", "k", "topic"]) if n < 3 else self.words())
+        return m
+
+    def _exportuser(self, p: float) -> Message:
+        return memory_pb2.ExportUserRequest(user_id=self.ident(p, self.users))
+
+    def _importturns(self, p: float) -> Message:
+        m = memory_pb2.ImportTurnsRequest()
+        n = self.rng.choice([0, 256, 257]) if self.chance(p / 4) else self.rng.randint(1, 3)
+        for i in range(n):
+            r = m.records.add()
+            odd = p if i < 3 else 0.0  # big or odd values in a few records only
+            known = self.memory_ids or ["m-none"]
+            r.memory_id = (
+                self.ident(odd, known) if self.chance(0.3) else f"imp-{self.rng.randrange(10**9)}"
+            )
+            self.scope(r.scope, odd)
+            r.role = self.enum([1, 2, 3, 4], odd)
+            r.text = self.text(TEXT, odd)
+            if self.chance(0.8):
+                self.timestamp(r.time, odd)
+            for k, v in self.metadata(odd).items():
+                r.metadata[k] = v
+            if self.chance(0.2):
+                r.sequence = self.rng.choice([0, -1, 2**62])
         return m
 
     def _reportoutcome(self, p: float) -> Message:
@@ -634,6 +696,7 @@ class _Caller:
     ) -> None:
         self._unary = channel.unary_unary(rpc.path)
         self._stream = channel.unary_stream(rpc.path)
+        self._upload = channel.stream_unary(rpc.path)
         self._rpc, self._gen, self._tally = rpc, gen, tally
         self._metadata, self._hang = tuple(metadata), hang_seconds
 
@@ -650,6 +713,10 @@ class _Caller:
             if self._rpc.streaming:
                 async for _ in self._stream(data, metadata=self._metadata, timeout=self._hang):
                     pass
+            elif self._rpc.uploading:
+                # One message, or the same twice (a resent batch: deduplicated).
+                messages = [data] * (2 if len(data) % 2 else 1)
+                await self._upload(iter(messages), metadata=self._metadata, timeout=self._hang)
             else:
                 reply = await self._unary(data, metadata=self._metadata, timeout=self._hang)
                 _learn(self._gen, self._rpc.name, reply)
