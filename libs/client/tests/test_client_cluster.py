@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hippo_client import (
     AsyncClient,
     Client,
     InvalidArgument,
+    NotFound,
     Turn,
     Unauthenticated,
 )
@@ -101,6 +103,61 @@ async def test_the_async_client_round_trip(cluster: LocalCluster) -> None:
         gone = await hippo.forget("sdk-bob")
         assert gone.memories_deleted >= 1
         assert len(await hippo.recall("sdk-bob", "Rex thunder", mode="lexical")) == 0
+
+
+def test_listing_getting_and_paging_from_the_blocking_client(cluster: LocalCluster) -> None:
+    when = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
+    with Client(cluster.gateway, KEY, timeout=30) as hippo:
+        first = hippo.remember(
+            "sdk-carol",
+            "a",
+            [Turn("user", f"turn {i}", time=when + timedelta(minutes=i)) for i in range(5)],
+        )
+        second = hippo.remember("sdk-carol", "b", [Turn("assistant", "later", time=when)])
+        page = hippo.list_memories("sdk-carol", page_size=2)
+        assert len(page) == 2 and page.next_page_token
+        newest = [m.id for m in hippo.memories("sdk-carol", page_size=2)]
+        # Newest first; "later" shares turn 0's time and was stored after it: it comes first.
+        ids = list(first.memory_ids)
+        assert newest == [*reversed(ids[1:]), second.memory_ids[0], ids[0]]
+        oldest = [m.id for m in hippo.memories("sdk-carol", order="oldest", session="a")]
+        assert oldest == list(first.memory_ids)
+        users = [m.id for m in hippo.memories("sdk-carol", roles=["assistant"])]
+        assert users == list(second.memory_ids)
+        windowed = hippo.memories("sdk-carol", since=when + timedelta(minutes=1),
+                                  until=when + timedelta(minutes=3))  # fmt: skip
+        assert [m.text for m in windowed] == ["turn 2", "turn 1"]
+
+        got = hippo.get_memory("sdk-carol", first.memory_ids[0])
+        assert got.text == "turn 0" and got.session == "a" and got.time == when
+        with pytest.raises(NotFound):
+            hippo.get_memory("sdk-someone-else", first.memory_ids[0])
+
+        sessions = list(hippo.sessions("sdk-carol", page_size=1))
+        assert [(s.session, s.turn_count) for s in sessions] == [("a", 5), ("b", 1)]
+        assert sessions[0].first_time == when and sessions[0].last_time == when + timedelta(
+            minutes=4
+        )
+        carol = next(u for u in hippo.users() if u.user == "sdk-carol")
+        assert (carol.turn_count, carol.session_count) == (6, 2)
+        history = list(hippo.history("sdk-carol", first.memory_ids[0]))
+        assert {"remember", "read"} <= {e.event_type for e in history}, history
+        hippo.forget("sdk-carol")
+        assert list(hippo.memories("sdk-carol")) == []
+
+
+async def test_listing_from_the_async_client(cluster: LocalCluster) -> None:
+    async with AsyncClient(cluster.gateway, KEY, timeout=30) as hippo:
+        stored = await hippo.remember("sdk-dave", "s1", [("user", "one"), ("user", "two")])
+        assert [m.id async for m in hippo.memories("sdk-dave", order="oldest", page_size=1)] == (
+            list(stored.memory_ids)
+        )
+        assert (await hippo.get_memory("sdk-dave", stored.memory_ids[1])).text == "two"
+        assert [s.session async for s in hippo.sessions("sdk-dave")] == ["s1"]
+        assert "sdk-dave" in [u.user async for u in hippo.users()]
+        page = await hippo.list_users(page_size=1)
+        assert len(page) == 1
+        await hippo.forget("sdk-dave")
 
 
 def test_an_invalid_argument_names_its_field(cluster: LocalCluster) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from google.protobuf import struct_pb2
 
 from hippo.memory.v1 import memory_pb2 as pb
-from hippo_client import InvalidArgument, Turn, calls, convert
+from hippo_client import InvalidArgument, Turn, calls, convert, types
 
 UTC = timezone.utc
 
@@ -171,3 +172,66 @@ def test_a_role_added_by_a_newer_server_passes_through() -> None:
     assert convert.role_out(pb.ROLE_TOOL) == "tool"
     assert convert.role_out(0) == "unspecified"
     assert convert.role_out(42) == "role_42"
+
+
+def test_listing_requests_carry_filters_order_and_tokens() -> None:
+    since = datetime(2024, 6, 1, tzinfo=UTC)
+    call = calls.list_memories(
+        "alice", session="s1", since=since, roles=["user"], metadata={"agent_id": "chef"},
+        order="oldest", page_size=5, page_token="t",
+    )  # fmt: skip
+    request = call.request
+    assert call.method == "ListMemories" and call.idempotent
+    assert request.order == pb.LIST_ORDER_OLDEST_FIRST and request.page_token == "t"
+    assert dict(request.metadata) == {"agent_id": "chef"} and list(request.roles) == [pb.ROLE_USER]
+    assert request.time_range.start.ToDatetime(tzinfo=UTC) == since
+    assert not request.time_range.HasField("end")
+    with pytest.raises(InvalidArgument) as caught:
+        calls.list_memories("alice", order="sideways")  # type: ignore[arg-type]
+    assert caught.value.field == "order"
+    recall = calls.recall("alice", "q", metadata={"speaker": "Bob"}).request
+    assert dict(recall.metadata) == {"speaker": "Bob"}
+    update = calls.update_metadata("alice", "m1", set={"k": "v"}, remove="old").request
+    assert dict(update.set) == {"k": "v"} and list(update.remove) == ["old"]
+
+
+def test_export_items_and_import_batches_round_trip() -> None:
+    record = pb.MemoryRecord(
+        memory_id="m1", scope=pb.Scope(user_id="alice", session_id="s1"), role=pb.ROLE_USER,
+        text="hi", metadata={"speaker": "Alice"}, sequence=9,
+    )  # fmt: skip
+    record.time.FromSeconds(1_700_000_000)
+    items = [
+        convert.export_item(pb.ExportUserResponse(header=pb.ExportHeader(format_version=1,
+                                                                         user_id="alice",
+                                                                         audit_seq=7))),
+        convert.export_item(pb.ExportUserResponse(memory=record)),
+        convert.export_item(pb.ExportUserResponse(session=pb.ExportedSession(
+            session=pb.SessionInfo(session_id="s1", turn_count=1), summary="S", version=3))),
+        convert.export_item(pb.ExportUserResponse(footer=pb.ExportFooter(memories=1, sessions=1))),
+        convert.export_item(pb.ExportUserResponse()),  # an item kind this SDK does not know
+    ]  # fmt: skip
+    header, memory, session, footer, unknown = items
+    assert isinstance(header, types.ExportHeader) and header.audit_seq == 7
+    assert isinstance(memory, types.Memory) and memory.id == "m1"
+    assert isinstance(session, types.ExportedSession) and session.summary == "S"
+    assert session.session.turn_count == 1 and session.version == 3
+    assert isinstance(footer, types.ExportFooter) and footer.memories == 1 and unknown is None
+
+    batches = list(calls.import_batches([memory] * 5, batch_size=2))
+    assert [len(b.records) for b in batches] == [2, 2, 1]
+    back = batches[0].records[0]
+    assert back.memory_id == "m1" and back.scope.session_id == "s1" and back.role == pb.ROLE_USER
+    assert back.time.seconds == 1_700_000_000 and dict(back.metadata) == {"speaker": "Alice"}
+    assert back.sequence == 0  # the store assigns its own
+    with pytest.raises(InvalidArgument):
+        calls.import_batches([memory], batch_size=257)
+
+
+def test_an_upload_keeps_the_error_raised_while_building_a_request() -> None:
+    def broken() -> Iterator[int]:
+        yield 1
+        raise InvalidArgument("role: 'robot' is not one", field="role")
+
+    upload = calls.Upload(broken())
+    assert list(upload) == [1] and isinstance(upload.error, InvalidArgument)

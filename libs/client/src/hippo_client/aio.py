@@ -8,12 +8,13 @@ first call, inside the running event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 
+from hippo.memory.v1 import memory_pb2 as pb
 from hippo.memory.v1 import memory_pb2_grpc as rpc
 from hippo_client import calls, convert, errors, transport, types
 from hippo_client.retry import Attempts, RetryPolicy
@@ -177,6 +178,7 @@ class AsyncClient:
         since: datetime | None = None,
         until: datetime | None = None,
         roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> types.RecallResult:
         """As `Client.recall`."""
@@ -189,6 +191,7 @@ class AsyncClient:
             since=since,
             until=until,
             roles=roles,
+            metadata=metadata,
         )
         return await self._run(call, timeout)
 
@@ -317,6 +320,160 @@ class AsyncClient:
         """As `Client.report_outcome` (not retried)."""
         call = calls.report_outcome(user, audit_seq, kind, session=session, note=note)
         return await self._run(call, timeout)
+
+    async def list_memories(
+        self,
+        user: str,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: types.ListOrder = "newest",
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> types.Page[types.Memory]:
+        """As `Client.list_memories`."""
+        call = calls.list_memories(
+            user,
+            session=session,
+            since=since,
+            until=until,
+            roles=roles,
+            metadata=metadata,
+            order=order,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return await self._run(call, timeout)
+
+    def memories(
+        self,
+        user: str,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: types.ListOrder = "newest",
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[types.Memory]:
+        """As `Client.memories`, for `async for`."""
+        return self._pages(
+            lambda token: calls.list_memories(
+                user,
+                session=session,
+                since=since,
+                until=until,
+                roles=roles,
+                metadata=metadata,
+                order=order,
+                page_size=page_size,
+                page_token=token,
+            ),
+            timeout,
+        )
+
+    async def get_memory(
+        self, user: str, memory_id: str, *, timeout: float | None = None
+    ) -> types.Memory:
+        """As `Client.get_memory`."""
+        return await self._run(calls.get_memory(user, memory_id), timeout)
+
+    async def list_sessions(
+        self, user: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> types.Page[types.SessionInfo]:
+        """As `Client.list_sessions`."""
+        call = calls.list_sessions(user, page_size=page_size, page_token=page_token)
+        return await self._run(call, timeout)
+
+    def sessions(
+        self, user: str, *, page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[types.SessionInfo]:
+        """As `Client.sessions`, for `async for`."""
+        return self._pages(
+            lambda token: calls.list_sessions(user, page_size=page_size, page_token=token), timeout
+        )
+
+    async def list_users(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> types.Page[types.UserInfo]:
+        """As `Client.list_users`."""
+        return await self._run(
+            calls.list_users(page_size=page_size, page_token=page_token), timeout
+        )
+
+    def users(
+        self, *, page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[types.UserInfo]:
+        """As `Client.users`, for `async for`."""
+        return self._pages(
+            lambda token: calls.list_users(page_size=page_size, page_token=token), timeout
+        )
+
+    async def update_metadata(
+        self,
+        user: str,
+        memory_id: str,
+        *,
+        set: Mapping[str, str] | None = None,
+        remove: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> types.MetadataUpdate:
+        """As `Client.update_metadata`."""
+        call = calls.update_metadata(user, memory_id, set=set, remove=remove)
+        return await self._run(call, timeout)
+
+    async def history(
+        self, user: str, memory_id: str, *, timeout: float | None = None
+    ) -> AsyncIterator[types.AuditEntry]:
+        """As `Client.history`, for `async for`."""
+        async for entry in self.audit_entries(user, timeout=timeout):
+            if memory_id in entry.memory_ids:
+                yield entry
+
+    async def export_user(
+        self, user: str, *, timeout: float = 3600.0
+    ) -> AsyncIterator[types.ExportItem]:
+        """As `Client.export_user`, for `async for`."""
+        request = pb.ExportUserRequest(user_id=user)
+        attempts = Attempts(self._retries, transport.timeout(timeout, timeout), idempotent=True)
+        while True:
+            started = False
+            try:
+                stream = self._stub.ExportUser(
+                    request, timeout=attempts.remaining(), metadata=self._metadata
+                )
+                async for message in stream:
+                    item = convert.export_item(message)
+                    started = True
+                    if item is not None:
+                        yield item
+                return
+            except grpc.RpcError as exc:
+                error = errors.from_rpc(exc)
+            if started:
+                raise error
+            await asyncio.sleep(attempts.backoff(error))
+
+    async def import_turns(
+        self, records: Iterable[types.Memory], *, batch_size: int = 256, timeout: float = 3600.0
+    ) -> types.ImportResult:
+        """As `Client.import_turns`."""
+        upload = calls.Upload(calls.import_batches(records, batch_size))
+        try:
+            reply = await self._stub.ImportTurns(
+                upload, timeout=transport.timeout(timeout, timeout), metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise (upload.error or errors.from_rpc(exc)) from None
+        if upload.error is not None:
+            raise upload.error
+        return convert.import_result(reply)
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -6,7 +6,7 @@ the same thing; a new RPC is a function here and a one-line method on each clien
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -70,8 +70,10 @@ def recall(
     since: datetime | None = None,
     until: datetime | None = None,
     roles: Sequence[types.Role] | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Call[types.RecallResult]:
-    """`since` is inclusive, `until` exclusive; `roles=None` means every role."""
+    """`since` is inclusive, `until` exclusive; `roles=None` means every role; `metadata`
+    keeps memories having all these pairs (declared filter keys only)."""
     request = pb.RecallRequest(
         scope=convert.scope(user, session),
         query=query,
@@ -79,6 +81,7 @@ def recall(
         top_k=top_k,
         time_range=convert.time_range(since, until),
         roles=convert.roles_in(roles),
+        metadata=dict(metadata or {}),
     )
     return Call("Recall", request, convert.recall_result, idempotent=True)
 
@@ -195,3 +198,103 @@ def report_outcome(
     )
     # Every call appends an entry: a retry would record the outcome twice.
     return Call("ReportOutcome", request, lambda reply: int(reply.audit_seq), False)
+
+
+def list_memories(
+    user: str,
+    *,
+    session: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    roles: Sequence[types.Role] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    order: types.ListOrder = "newest",
+    page_size: int = 0,
+    page_token: str = "",
+) -> Call[types.Page[types.Memory]]:
+    request = pb.ListMemoriesRequest(
+        scope=convert.scope(user, session),
+        time_range=convert.time_range(since, until),
+        roles=convert.roles_in(roles),
+        order=convert.enum_in(convert.ORDERS, order, "order"),
+        page_size=page_size,
+        page_token=page_token,
+        metadata=dict(metadata or {}),
+    )
+    return Call("ListMemories", request, convert.memories_page, idempotent=True)
+
+
+def get_memory(user: str, memory_id: str) -> Call[types.Memory]:
+    request = pb.GetMemoryRequest(user_id=user, memory_id=memory_id)
+    return Call("GetMemory", request, lambda reply: convert.memory(reply.memory), True)
+
+
+def list_sessions(
+    user: str, *, page_size: int = 0, page_token: str = ""
+) -> Call[types.Page[types.SessionInfo]]:
+    request = pb.ListSessionsRequest(user_id=user, page_size=page_size, page_token=page_token)
+    return Call("ListSessions", request, convert.sessions_page, idempotent=True)
+
+
+def list_users(*, page_size: int = 0, page_token: str = "") -> Call[types.Page[types.UserInfo]]:
+    request = pb.ListUsersRequest(page_size=page_size, page_token=page_token)
+    return Call("ListUsers", request, convert.users_page, idempotent=True)
+
+
+def update_metadata(
+    user: str,
+    memory_id: str,
+    *,
+    set: Mapping[str, str] | None = None,
+    remove: Iterable[str] = (),
+) -> Call[types.MetadataUpdate]:
+    """Setting what is already set changes nothing, so a retry is harmless (each call
+    that changes something is audited once)."""
+    if isinstance(remove, str):
+        remove = [remove]
+    request = pb.UpdateMemoryMetadataRequest(
+        user_id=user, memory_id=memory_id, set=dict(set or {}), remove=list(remove)
+    )
+    return Call("UpdateMemoryMetadata", request, convert.metadata_update, idempotent=True)
+
+
+def import_batches(
+    records: Iterable[types.Memory], batch_size: int = 256
+) -> Iterator[pb.ImportTurnsRequest]:
+    """Memories (from an export, or built by hand) as ImportTurns messages. The size is
+    checked now; each memory as its batch is built."""
+    if not 1 <= batch_size <= 256:
+        raise InvalidArgument(f"batch_size: {batch_size} is not in 1..256", field="batch_size")
+    return _batches(records, batch_size)
+
+
+def _batches(records: Iterable[types.Memory], size: int) -> Iterator[pb.ImportTurnsRequest]:
+    batch: list[pb.MemoryRecord] = []
+    for memory in records:
+        batch.append(convert.record_in(memory))
+        if len(batch) == size:
+            yield pb.ImportTurnsRequest(records=batch)
+            batch = []
+    if batch:
+        yield pb.ImportTurnsRequest(records=batch)
+
+
+class Upload:
+    """A client stream's requests, remembering an error raised while building one: grpc
+    reads the iterator on its own thread and would report only CANCELLED."""
+
+    def __init__(self, messages: Iterator[Any]) -> None:
+        self._messages = messages
+        self.error: Exception | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._messages)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            self.error = exc
+            raise StopIteration from exc

@@ -8,12 +8,13 @@ call, else the client's) that covers all its attempts and backoff waits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 
+from hippo.memory.v1 import memory_pb2 as pb
 from hippo.memory.v1 import memory_pb2_grpc as rpc
 from hippo_client import calls, convert, errors, transport, types
 from hippo_client.retry import Attempts, RetryPolicy
@@ -170,9 +171,11 @@ class Client:
         since: datetime | None = None,
         until: datetime | None = None,
         roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> types.RecallResult:
-        """Hybrid (or lexical, semantic) search over the user's memories, best first."""
+        """Hybrid (or lexical, semantic) search over the user's memories, best first
+        (Mem0: `search`). `metadata` keeps memories with all these pairs (declared keys)."""
         call = calls.recall(
             user,
             query,
@@ -182,6 +185,7 @@ class Client:
             since=since,
             until=until,
             roles=roles,
+            metadata=metadata,
         )
         return self._run(call, timeout)
 
@@ -311,6 +315,165 @@ class Client:
         retried: every call appends one."""
         call = calls.report_outcome(user, audit_seq, kind, session=session, note=note)
         return self._run(call, timeout)
+
+    def list_memories(
+        self,
+        user: str,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: types.ListOrder = "newest",
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> types.Page[types.Memory]:
+        """One page of the user's memories (or one session's), newest first unless
+        `order="oldest"`; pass the page's `next_page_token` for the next."""
+        call = calls.list_memories(
+            user,
+            session=session,
+            since=since,
+            until=until,
+            roles=roles,
+            metadata=metadata,
+            order=order,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return self._run(call, timeout)
+
+    def memories(
+        self,
+        user: str,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        roles: Sequence[types.Role] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        order: types.ListOrder = "newest",
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[types.Memory]:
+        """Every memory `list_memories` would page through, fetching pages as it goes
+        (Mem0: `get_all`; `timeout` is each page's)."""
+        return self._pages(
+            lambda token: calls.list_memories(
+                user,
+                session=session,
+                since=since,
+                until=until,
+                roles=roles,
+                metadata=metadata,
+                order=order,
+                page_size=page_size,
+                page_token=token,
+            ),
+            timeout,
+        )
+
+    def get_memory(
+        self, user: str, memory_id: str, *, timeout: float | None = None
+    ) -> types.Memory:
+        """One of the user's memories by id (Mem0: `get`); `NotFound` when absent."""
+        return self._run(calls.get_memory(user, memory_id), timeout)
+
+    def list_sessions(
+        self, user: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> types.Page[types.SessionInfo]:
+        """One page of the user's sessions, by session id."""
+        return self._run(
+            calls.list_sessions(user, page_size=page_size, page_token=page_token), timeout
+        )
+
+    def sessions(
+        self, user: str, *, page_size: int = 0, timeout: float | None = None
+    ) -> Iterator[types.SessionInfo]:
+        """Every session of the user that holds turns, with counts and times."""
+        return self._pages(
+            lambda token: calls.list_sessions(user, page_size=page_size, page_token=token), timeout
+        )
+
+    def list_users(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> types.Page[types.UserInfo]:
+        """One page of the tenant's users, by user id."""
+        return self._run(calls.list_users(page_size=page_size, page_token=page_token), timeout)
+
+    def users(
+        self, *, page_size: int = 0, timeout: float | None = None
+    ) -> Iterator[types.UserInfo]:
+        """Every user of the tenant that holds turns, with counts and times."""
+        return self._pages(
+            lambda token: calls.list_users(page_size=page_size, page_token=token), timeout
+        )
+
+    def update_metadata(
+        self,
+        user: str,
+        memory_id: str,
+        *,
+        set: Mapping[str, str] | None = None,
+        remove: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> types.MetadataUpdate:
+        """Add, replace (`set`) or drop (`remove`) metadata keys of a memory; its text
+        never changes (Mem0's `update` of metadata). Audited."""
+        call = calls.update_metadata(user, memory_id, set=set, remove=remove)
+        return self._run(call, timeout)
+
+    def history(
+        self, user: str, memory_id: str, *, timeout: float | None = None
+    ) -> Iterator[types.AuditEntry]:
+        """The audit entries that name `memory_id` (its write, reads, changes, erasure),
+        oldest first (Mem0: `history`; needs the audit-read role). Pages through all of
+        the user's entries: for a user with a long history prefer `audit_entries`."""
+        return (e for e in self.audit_entries(user, timeout=timeout) if memory_id in e.memory_ids)
+
+    def export_user(self, user: str, *, timeout: float = 3600.0) -> Iterator[types.ExportItem]:
+        """Everything stored for the user: an `ExportHeader`, every `Memory` oldest
+        first, every `ExportedSession`, then an `ExportFooter` (its absence means the
+        export broke off). `timeout` is the whole stream's. Retried only before the first
+        item arrives."""
+        request = pb.ExportUserRequest(user_id=user)
+        attempts = Attempts(self._retries, transport.timeout(timeout, timeout), idempotent=True)
+        while True:
+            started = False
+            try:
+                stream = self._stub.ExportUser(
+                    request, timeout=attempts.remaining(), metadata=self._metadata
+                )
+                for message in stream:
+                    item = convert.export_item(message)
+                    started = True
+                    if item is not None:
+                        yield item
+                return
+            except grpc.RpcError as exc:
+                error = errors.from_rpc(exc)
+            if started:
+                raise error
+            time.sleep(attempts.backoff(error))
+
+    def import_turns(
+        self, records: Iterable[types.Memory], *, batch_size: int = 256, timeout: float = 3600.0
+    ) -> types.ImportResult:
+        """Store memories keeping their ids (typically `export_user`'s), with Remember's
+        validation; ids already stored are skipped, so running it again resumes a failed
+        import. `records` is read once: not retried (call it again to resume)."""
+        upload = calls.Upload(calls.import_batches(records, batch_size))
+        try:
+            reply = self._stub.ImportTurns(
+                upload, timeout=transport.timeout(timeout, timeout), metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise (upload.error or errors.from_rpc(exc)) from None
+        if upload.error is not None:  # the stream ended early: what was sent is stored
+            raise upload.error
+        return convert.import_result(reply)
 
     def close(self) -> None:
         self._channel.close()

@@ -54,6 +54,10 @@ ZONES: dict[int, types.ZoneKind] = {
     pb.ZONE_KIND_WINDOW: "window",
     pb.ZONE_KIND_QUERY: "query",
 }
+ORDERS: dict[str, pb.ListOrder] = {
+    "newest": pb.LIST_ORDER_NEWEST_FIRST,
+    "oldest": pb.LIST_ORDER_OLDEST_FIRST,
+}
 _ROLE_NAMES: dict[int, str] = {number: name for name, number in ROLES.items()}
 
 
@@ -273,3 +277,73 @@ def audit_entry(entry: pb.AuditEntry) -> types.AuditEntry:
 
 def audit_page(reply: pb.ListAuditEntriesResponse) -> types.Page[types.AuditEntry]:
     return types.Page(tuple(audit_entry(e) for e in reply.entries), reply.next_page_token)
+
+
+def record_in(memory: types.Memory) -> pb.MemoryRecord:
+    """A memory back into a record, as ImportTurns takes it (`sequence` is the store's)."""
+    out = pb.MemoryRecord(
+        memory_id=memory.id,
+        scope=scope(memory.user, memory.session),
+        role=enum_in(ROLES, memory.role, "role"),
+        text=memory.text,
+        client_id=memory.client_id,
+        metadata=dict(memory.metadata),
+    )
+    if memory.time is not None:
+        out.time.CopyFrom(timestamp(memory.time))
+    return out
+
+
+def memories_page(reply: pb.ListMemoriesResponse) -> types.Page[types.Memory]:
+    return types.Page(tuple(memory(m) for m in reply.memories), reply.next_page_token)
+
+
+def session_info(message: pb.SessionInfo) -> types.SessionInfo:
+    return types.SessionInfo(
+        session=message.session_id,
+        turn_count=message.turn_count,
+        first_time=time_out(message, "first_time"),
+        last_time=time_out(message, "last_time"),
+    )
+
+
+def sessions_page(reply: pb.ListSessionsResponse) -> types.Page[types.SessionInfo]:
+    return types.Page(tuple(session_info(s) for s in reply.sessions), reply.next_page_token)
+
+
+def users_page(reply: pb.ListUsersResponse) -> types.Page[types.UserInfo]:
+    users = (
+        types.UserInfo(
+            user=u.user_id,
+            turn_count=u.turn_count,
+            session_count=u.session_count,
+            first_time=time_out(u, "first_time"),
+            last_time=time_out(u, "last_time"),
+        )
+        for u in reply.users
+    )
+    return types.Page(tuple(users), reply.next_page_token)
+
+
+def metadata_update(reply: pb.UpdateMemoryMetadataResponse) -> types.MetadataUpdate:
+    return types.MetadataUpdate(memory(reply.memory), reply.audit_seq)
+
+
+def export_item(message: pb.ExportUserResponse) -> types.ExportItem | None:
+    """One export item; None for an item kind this SDK does not know (a newer server's)."""
+    kind = message.WhichOneof("item")
+    if kind == "header":
+        h = message.header
+        return types.ExportHeader(h.format_version, h.user_id, h.audit_seq, time_out(h, "time"))
+    if kind == "memory":
+        return memory(message.memory)
+    if kind == "session":
+        s = message.session
+        return types.ExportedSession(session_info(s.session), s.summary, s.version)
+    if kind == "footer":
+        return types.ExportFooter(message.footer.memories, message.footer.sessions)
+    return None
+
+
+def import_result(reply: pb.ImportTurnsResponse) -> types.ImportResult:
+    return types.ImportResult(reply.created, reply.deduplicated)

@@ -17,6 +17,7 @@ RecallMode = Literal["hybrid", "lexical", "semantic"]
 ContextLayout = Literal["boundary_weighted", "chronological", "summary_in_system"]
 InfluenceMode = Literal["off", "disclose_only", "on"]
 OutcomeKind = Literal["accepted", "rejected", "corrected", "note"]
+ListOrder = Literal["newest", "oldest"]
 ZoneKind = Literal["system", "memories", "summary", "window", "query"]
 
 T = TypeVar("T")
@@ -224,3 +225,70 @@ class Page(Generic[T]):
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session of a user that holds stored turns (ListSessions)."""
+
+    session: str
+    turn_count: int
+    first_time: datetime | None
+    last_time: datetime | None
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """A user of the tenant that holds stored turns (ListUsers)."""
+
+    user: str
+    turn_count: int
+    session_count: int
+    first_time: datetime | None
+    last_time: datetime | None
+
+
+@dataclass(frozen=True)
+class MetadataUpdate:
+    """A memory after UpdateMemoryMetadata, and the audit entry recording the change."""
+
+    memory: Memory
+    audit_seq: int
+
+
+@dataclass(frozen=True)
+class ExportHeader:
+    """The first item of an export: the audit entry it is consistent with."""
+
+    format_version: int
+    user: str
+    audit_seq: int
+    time: datetime | None
+
+
+@dataclass(frozen=True)
+class ExportedSession:
+    """A session in an export, with its rolling summary (rebuilt on import)."""
+
+    session: SessionInfo
+    summary: str
+    version: int
+
+
+@dataclass(frozen=True)
+class ExportFooter:
+    """The last item of an export; an export without one is incomplete."""
+
+    memories: int
+    sessions: int
+
+
+ExportItem = ExportHeader | Memory | ExportedSession | ExportFooter
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What ImportTurns stored and skipped (ids already stored in the tenant)."""
+
+    created: int
+    deduplicated: int
