@@ -32,6 +32,7 @@ from hippo_gateway.domain.listing import Listings
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.ports import Llm, Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
+from hippo_gateway.domain.transfer import Transfers
 from hippo_gateway.openai_api import OpenAiApi
 from hippo_gateway.servicer import MemoryServicer
 from hippo_gateway.settings import GatewaySettings, TenantQuotaSettings
@@ -225,6 +226,7 @@ def build(settings: GatewaySettings) -> Service:
         )
         servicer.context = builder
         servicer.listings = Listings(store, recorder)
+        servicer.transfers = Transfers(memory, store, sessions, recorder)
         servicer.service = memory
         openai_api.chat = servicer.chat
 

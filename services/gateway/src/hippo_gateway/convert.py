@@ -36,6 +36,13 @@ from hippo_gateway.domain.models import (
     UserInfo,
     ZoneKind,
 )
+from hippo_gateway.domain.transfer import (
+    ExportedSession,
+    ExportFooter,
+    ExportHeader,
+    ExportItem,
+    ImportRecord,
+)
 from hippo_gateway.domain.validation import DEFAULT_TOP_K, MAX_ROLES
 
 _ROLES = {
@@ -495,21 +502,63 @@ def _timestamp(time_us: int) -> timestamp_pb2.Timestamp:
     return out
 
 
+def session_info_out(s: SessionInfo) -> memory_pb2.SessionInfo:
+    return memory_pb2.SessionInfo(
+        session_id=s.session,
+        turn_count=s.turns,
+        first_time=_timestamp(s.first_time_us),
+        last_time=_timestamp(s.last_time_us),
+    )
+
+
 def list_sessions_response(
     sessions: list[SessionInfo], token: str
 ) -> memory_pb2.ListSessionsResponse:
     return memory_pb2.ListSessionsResponse(
-        sessions=[
-            memory_pb2.SessionInfo(
-                session_id=s.session,
-                turn_count=s.turns,
-                first_time=_timestamp(s.first_time_us),
-                last_time=_timestamp(s.last_time_us),
-            )
-            for s in sessions
-        ],
-        next_page_token=token,
+        sessions=[session_info_out(s) for s in sessions], next_page_token=token
     )
+
+
+def export_item(item: ExportItem) -> memory_pb2.ExportUserResponse:
+    if isinstance(item, ExportHeader):
+        return memory_pb2.ExportUserResponse(
+            header=memory_pb2.ExportHeader(
+                format_version=item.format_version,
+                user_id=item.user,
+                audit_seq=item.audit_seq,
+                time=_timestamp(item.time_us),
+            )
+        )
+    if isinstance(item, ExportedSession):
+        return memory_pb2.ExportUserResponse(
+            session=memory_pb2.ExportedSession(
+                session=session_info_out(item.session), summary=item.summary, version=item.version
+            )
+        )
+    if isinstance(item, ExportFooter):
+        return memory_pb2.ExportUserResponse(
+            footer=memory_pb2.ExportFooter(memories=item.memories, sessions=item.sessions)
+        )
+    return memory_pb2.ExportUserResponse(memory=record(item))
+
+
+def import_records(request: memory_pb2.ImportTurnsRequest) -> list[ImportRecord]:
+    """The records of one ImportTurns message; `sequence` is ignored (the store's own)."""
+    return [
+        ImportRecord(
+            memory_id=r.memory_id,
+            user=r.scope.user_id,
+            session=r.scope.session_id,
+            turn=TurnIn(
+                role=role(r.role, f"records[{i}].role"),
+                text=r.text,
+                time_us=micros(r.time, f"records[{i}].time") if r.HasField("time") else None,
+                client_id=r.client_id,
+                metadata=dict(r.metadata),
+            ),
+        )
+        for i, r in enumerate(request.records)
+    ]
 
 
 def list_users_response(users: list[UserInfo], token: str) -> memory_pb2.ListUsersResponse:

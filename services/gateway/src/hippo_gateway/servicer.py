@@ -16,6 +16,7 @@ from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.listing import Listings
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.quota import Quotas
+from hippo_gateway.domain.transfer import Imported, Transfers
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
@@ -30,6 +31,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self.chat: ChatService | None = None
         self.audit: AuditTrail | None = None
         self.listings: Listings | None = None
+        self.transfers: Transfers | None = None
 
     def _caller(self, context: grpc.aio.ServicerContext, rpc: str) -> Caller:
         """Authenticated, allowed by the key's roles, within the tenant's request rate."""
@@ -58,6 +60,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         if self.listings is None:
             raise Unavailable("the gateway is still connecting to its peers; retry shortly")
         return self.listings
+
+    def _transfers(self) -> Transfers:
+        if self.transfers is None:
+            raise Unavailable("the gateway is still connecting to its peers; retry shortly")
+        return self.transfers
 
     def _chat(self) -> ChatService:
         if self.chat is None:
@@ -164,6 +171,28 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         tenant = self._caller(context, "ListUsers").tenant
         users, token = await self._listings().users(tenant, request.page_size, request.page_token)
         return convert.list_users_response(users, token)
+
+    async def ExportUser(
+        self, request: memory_pb2.ExportUserRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[memory_pb2.ExportUserResponse]:
+        tenant = self._caller(context, "ExportUser").tenant
+        async for item in self._transfers().export(tenant, request.user_id):
+            yield convert.export_item(item)
+
+    async def ImportTurns(
+        self,
+        requests: AsyncIterator[memory_pb2.ImportTurnsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> memory_pb2.ImportTurnsResponse:
+        tenant = self._caller(context, "ImportTurns").tenant
+        transfers = self._transfers()
+        total = Imported(0, 0)
+        async for request in requests:
+            done = await transfers.import_batch(tenant, convert.import_records(request))
+            total = Imported(total.created + done.created, total.deduplicated + done.deduplicated)
+        return memory_pb2.ImportTurnsResponse(
+            created=total.created, deduplicated=total.deduplicated
+        )
 
     async def VerifyAudit(
         self, request: memory_pb2.VerifyAuditRequest, context: grpc.aio.ServicerContext

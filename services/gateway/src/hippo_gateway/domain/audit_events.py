@@ -173,6 +173,11 @@ def read_event(
     )
 
 
+def export_event(tenant: str, user: str) -> AuditEvent:
+    """An ExportUser starting: everything of the user acknowledged before it is exported."""
+    return AuditEvent(tenant, "export", user, "", (), body={"format_version": 1})
+
+
 class SkipLike(Protocol):
     """A memory recalled but not used (the context builder's `Skipped` fits)."""
 

@@ -6,10 +6,11 @@ digests (`sha256:<hex>`) instead of keys at all.
 
 Roles (docs/security.md): `read` (Recall, BuildContext, GetSession, ListMemories,
 GetMemory, ListSessions, ListUsers, ExportUser), `write` (Remember, ImportTurns,
-UpdateMemoryMetadata, ReportOutcome), `erase` (Forget), `audit-read` (ListAuditEntries, VerifyAudit of the
-caller's tenant) and `admin` (everything, and VerifyAudit of the whole log). Chat reads
-and stores turns, so it needs both read and write. A key configured without roles is an
-application key: read, write, erase (audit bodies are not an application's to read).
+UpdateMemoryMetadata, ReportOutcome), `erase` (Forget), `audit-read` (ListAuditEntries,
+VerifyAudit of the caller's tenant) and `admin` (everything, and VerifyAudit of the whole
+log). Chat reads and stores turns, so it needs both read and write. A key configured
+without roles is an application key: read, write, erase (audit bodies are not an
+application's to read).
 """
 
 from __future__ import annotations

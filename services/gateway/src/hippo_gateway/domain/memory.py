@@ -19,6 +19,7 @@ from hippo_gateway import metrics
 from hippo_gateway.domain import audit_events, ids, validation
 from hippo_gateway.domain.audit_recorder import AuditRecorder
 from hippo_gateway.domain.models import (
+    Embedding,
     Forgotten,
     Memory,
     Mode,
@@ -95,7 +96,7 @@ class MemoryService:
             # Before the first write: a refused Remember stores nothing.
             await self._quotas.admit_turns(tenant, len(turns))
         received = self._clock()  # one time for every turn of the request
-        embedding = await self._embedder.embed([vector_text(t.text, t.metadata) for t in turns])
+        embedding = await self.embed_turns(turns)
         to_store = [
             TurnToStore(
                 memory_id=ids.memory_id(
@@ -118,6 +119,18 @@ class MemoryService:
             )
             for i, turn in enumerate(turns)
         ]
+        return await self.store(tenant, user, session, to_store, wait_searchable)
+
+    async def store(
+        self,
+        tenant: str,
+        user: str,
+        session: str,
+        to_store: Sequence[TurnToStore],
+        wait_searchable: bool = False,
+    ) -> Remembered:
+        """Write validated, embedded turns of one session (all or none), then the
+        session window: the one write path of Remember and ImportTurns."""
         stored = await self._audited_write(tenant, user, session, to_store, wait_searchable)
         if self._sessions is not None:
             # After the turn store (the source of truth): if this fails the call fails
@@ -129,6 +142,10 @@ class MemoryService:
         metrics.TURNS.labels("created").inc(created)
         metrics.TURNS.labels("deduplicated").inc(len(stored) - created)
         return Remembered([m.memory_id for m, _ in stored], created, len(stored) - created)
+
+    async def embed_turns(self, turns: Sequence[TurnIn]) -> Embedding:
+        """The turns' vectors (of their text in context: speaker and attachment)."""
+        return await self._embedder.embed([vector_text(t.text, t.metadata) for t in turns])
 
     async def recall(self, tenant: str, query: RecallQuery, *, audited: bool = True) -> Recalled:
         """`audited=False` for callers that record the recall in their own entry

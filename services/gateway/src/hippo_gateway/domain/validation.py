@@ -112,43 +112,48 @@ def check_remember(user: str, session: str, turns: Sequence[TurnIn], key: str) -
         raise InvalidArgument("turns", f"must hold 1..{MAX_TURNS} turns, got {len(turns)}")
     seen: dict[str, int] = {}
     for i, turn in enumerate(turns):
-        check_text(f"turns[{i}].text", turn.text, MAX_TEXT_BYTES)
-        if turn.time_us is not None and turn.time_us < 0:
-            # The session window (summariser) and the dates in prompts count from the epoch.
-            raise InvalidArgument(
-                f"turns[{i}].time", "must be 1970-01-01T00:00:00Z or later (the Unix epoch)"
-            )
+        check_turn(f"turns[{i}]", turn)
         if turn.client_id:
-            check_id(f"turns[{i}].client_id", turn.client_id)
             if turn.client_id in seen:
                 raise InvalidArgument(
                     f"turns[{i}].client_id",
                     f"repeats turns[{seen[turn.client_id]}].client_id (unique within a request)",
                 )
             seen[turn.client_id] = i
-        if len(turn.metadata) > MAX_METADATA:
+
+
+def check_turn(at: str, turn: TurnIn) -> None:
+    """One turn's limits, its fields named under `at` (`turns[3]`, `records[3]`)."""
+    check_text(f"{at}.text", turn.text, MAX_TEXT_BYTES)
+    if turn.time_us is not None and turn.time_us < 0:
+        # The session window (summariser) and the dates in prompts count from the epoch.
+        raise InvalidArgument(
+            f"{at}.time", "must be 1970-01-01T00:00:00Z or later (the Unix epoch)"
+        )
+    if turn.client_id:
+        check_id(f"{at}.client_id", turn.client_id)
+    if len(turn.metadata) > MAX_METADATA:
+        raise InvalidArgument(
+            f"{at}.metadata", f"at most {MAX_METADATA} entries, got {len(turn.metadata)}"
+        )
+    for k, v in turn.metadata.items():
+        if not 1 <= _bytes(k) <= MAX_METADATA_KEY_BYTES:
             raise InvalidArgument(
-                f"turns[{i}].metadata", f"at most {MAX_METADATA} entries, got {len(turn.metadata)}"
+                f"{at}.metadata", f"key {k[:80]!r} must be 1..{MAX_METADATA_KEY_BYTES} bytes"
             )
-        for k, v in turn.metadata.items():
-            if not 1 <= _bytes(k) <= MAX_METADATA_KEY_BYTES:
-                raise InvalidArgument(
-                    f"turns[{i}].metadata",
-                    f"key {k[:80]!r} must be 1..{MAX_METADATA_KEY_BYTES} bytes",
-                )
-            if _bytes(v) > MAX_METADATA_VALUE_BYTES:
-                raise InvalidArgument(
-                    f"turns[{i}].metadata[{k}]",
-                    f"{_bytes(v)} bytes exceeds the limit of {MAX_METADATA_VALUE_BYTES}",
-                )
-            _no_nul(f"turns[{i}].metadata", k)
-            _no_nul(f"turns[{i}].metadata[{k}]", v)
-        speaker = turn.metadata.get(SPEAKER, "")
-        if len(speaker) > MAX_SPEAKER_CHARS:
+        if _bytes(v) > MAX_METADATA_VALUE_BYTES:
             raise InvalidArgument(
-                f"turns[{i}].metadata[{SPEAKER}]",
-                f"at most {MAX_SPEAKER_CHARS} characters, got {len(speaker)}",
+                f"{at}.metadata[{k}]",
+                f"{_bytes(v)} bytes exceeds the limit of {MAX_METADATA_VALUE_BYTES}",
             )
+        _no_nul(f"{at}.metadata", k)
+        _no_nul(f"{at}.metadata[{k}]", v)
+    speaker = turn.metadata.get(SPEAKER, "")
+    if len(speaker) > MAX_SPEAKER_CHARS:
+        raise InvalidArgument(
+            f"{at}.metadata[{SPEAKER}]",
+            f"at most {MAX_SPEAKER_CHARS} characters, got {len(speaker)}",
+        )
 
 
 def check_recall(q: RecallQuery) -> None:

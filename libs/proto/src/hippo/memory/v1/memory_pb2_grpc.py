@@ -252,9 +252,11 @@ class MemoryServiceServicer:
     def ImportTurns(self, request_iterator, context):
         """ImportTurns stores records (typically an export) keeping their memory ids, with the
         validation and write path of Remember (summaries are rebuilt from the turns). Each
-        message is stored whole or not at all, in order; an id already stored in the tenant
-        is skipped and counted as deduplicated, so a failed import is resumed by sending
-        the same stream again. Needs the write role.
+        message is validated whole before any of it is stored (INVALID_ARGUMENT names
+        `records[i]` of that message), then stored in order, each run of consecutive records
+        of one session all or none. An id already stored in the tenant is skipped and
+        counted as deduplicated, so a failed import is resumed by sending the same stream
+        again. Needs the write role.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
