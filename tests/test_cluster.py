@@ -184,13 +184,13 @@ def test_replay_a_locomo_file_then_batch_recall_and_reindex(
 
 def test_cli_errors_are_readable(cluster: LocalCluster) -> None:
     result = _hippo(cluster, "embed", "x" * 9000)
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "INVALID_ARGUMENT: texts[0]: at most 8192 characters, got 9000" in result.stderr
     bad = _hippo(cluster, "recall", "q", "--user", "no spaces allowed")
-    assert bad.returncode == 2
+    assert bad.returncode == 3
     assert "INVALID_ARGUMENT: scope.user_id: may only hold [A-Za-z0-9._:@-]" in bad.stderr
     wrong_key = _hippo({**cluster.env, "HIPPO_CLI_API_KEY": "nope"}, "recall", "q", "--user", "u")
-    assert wrong_key.returncode == 2 and "UNAUTHENTICATED: unknown API key" in wrong_key.stderr
+    assert wrong_key.returncode == 3 and "UNAUTHENTICATED: unknown API key" in wrong_key.stderr
 
 
 def test_health_fails_when_nothing_listens() -> None:
@@ -561,3 +561,115 @@ def test_a_crashed_service_is_restarted_not_the_whole_cluster(cluster: LocalClus
     assert cluster.launcher.poll() is None
     found = _hippo(cluster, "recall", "walrus", "--user", "crash", "--mode", "lexical")
     assert "a durable walrus" in found.stdout, found.stdout + found.stderr
+
+
+def _json_lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(x) for x in out.splitlines() if x.strip()]
+
+
+def test_cli_memory_commands_end_to_end(cluster: LocalCluster, tmp_path: Path) -> None:
+    """remember from stdin, list with filters, get, sessions, users, recall with filters,
+    export, forget, import: what an application developer does from the terminal."""
+    user = f"cli-{uuid.uuid4().hex[:8]}"
+    at = "2024-06-01T10:00:00"
+    typed = _hippo(cluster, "remember", "--user", user, "--session", "s1", "--json",
+                   "--time", at, "-", stdin="I keep bees on the roof\n")  # fmt: skip
+    assert typed.returncode == 0, typed.stderr
+    bee = json.loads(typed.stdout)["memory_ids"][0]
+    for session, role, at, text in [
+        ("s1", "assistant", "2024-06-01T10:01:00", "How many hives do you keep?"),
+        ("s2", "user", "2024-07-01T09:00:00", "The honey harvest was twelve jars"),
+    ]:
+        done = _hippo(cluster, "remember", "--user", user, "--session", session,
+                      "--role", role, "--time", at, text)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    listed = _json_lines(_hippo(cluster, "list", "--user", user, "--json").stdout)
+    assert [m["text"] for m in listed] == [
+        "The honey harvest was twelve jars",
+        "How many hives do you keep?",
+        "I keep bees on the roof",
+    ]
+    oldest = _hippo(cluster, "list", "--user", user, "--json", "--oldest-first", "--limit", "1")
+    assert [m["memory_id"] for m in _json_lines(oldest.stdout)] == [bee]
+    mine = _hippo(cluster, "list", "--user", user, "--json", "--role", "user",
+                  "--since", "2024-06-15")  # fmt: skip
+    assert [m["text"] for m in _json_lines(mine.stdout)] == ["The honey harvest was twelve jars"]
+
+    got = _hippo(cluster, "get", "--user", user, bee, "--json")
+    assert json.loads(got.stdout)["text"] == "I keep bees on the roof"
+    missing = _hippo(cluster, "get", "--user", user, "no-such-memory")
+    assert missing.returncode == 3 and "NOT_FOUND" in missing.stderr
+
+    sessions = _json_lines(_hippo(cluster, "sessions", "--user", user, "--json").stdout)
+    assert [(s["session_id"], s["turn_count"]) for s in sessions] == [("s1", 2), ("s2", 1)]
+    users = _json_lines(_hippo(cluster, "users", "--json").stdout)
+    assert {"user_id": user, "turn_count": 3, "session_count": 2}.items() <= next(
+        u for u in users if u["user_id"] == user
+    ).items()
+
+    def recall(*extra: str) -> list[str]:
+        out = _hippo(cluster, "recall", "--user", user, "--json", "--mode", "lexical",
+                     "bees hives honey", *extra)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return [str(h["text"]) for h in _json_lines(out.stdout)]
+
+    for _ in range(50):  # searchable within about a second
+        if len(recall()) == 3:
+            break
+        time.sleep(0.2)
+    assert len(recall()) == 3
+    assert recall("--role", "assistant") == ["How many hives do you keep?"]
+    assert recall("--until", "2024-06-02") and "twelve jars" not in " ".join(
+        recall("--until", "2024-06-02")
+    )
+
+    dump = tmp_path / "export.jsonl"
+    exported = _hippo(cluster, "export", "--user", user, "-o", str(dump))
+    assert exported.returncode == 0, exported.stderr
+    lines = _json_lines(dump.read_text())
+    assert next(iter(lines[0])) == "header" and next(iter(lines[-1])) == "footer"
+    assert lines[-1]["footer"] == {"memories": "3", "sessions": "2"}
+    forgot = _hippo(cluster, "forget", "--user", user, "--yes")
+    assert forgot.returncode == 0, forgot.stderr
+    assert _hippo(cluster, "list", "--user", user, "--json").stdout == ""
+    imported = _hippo(cluster, "import", str(dump))
+    assert imported.returncode == 0, imported.stderr
+    assert "imported 3 records, 0 already stored" in imported.stdout
+    again = _hippo(cluster, "list", "--user", user, "--json")
+    assert [m["memory_id"] for m in _json_lines(again.stdout)] == [m["memory_id"] for m in listed]
+    twice = _hippo(cluster, "import", str(dump))
+    assert "imported 0 records, 3 already stored" in twice.stdout
+
+
+def test_cli_imports_a_locomo_archive_idempotently(cluster: LocalCluster, tmp_path: Path) -> None:
+    archive = locomo_sample.write(tmp_path / "archive.json", conversations=1)
+    prefix = f"imp{uuid.uuid4().hex[:6]}-"
+    first = _hippo(cluster, "import", "--user-prefix", prefix, str(archive))
+    assert first.returncode == 0, first.stderr
+    created = int(first.stdout.split()[1])
+    assert created > 0 and "0 already stored" in first.stdout
+    again = _hippo(cluster, "import", "--user-prefix", prefix, str(archive))
+    assert f"imported 0 records, {created} already stored" in again.stdout
+    users = _json_lines(_hippo(cluster, "users", "--json").stdout)
+    assert any(str(u["user_id"]).startswith(prefix) for u in users)
+
+
+def test_cli_exit_codes_usage_server_and_a_hint_when_nothing_answers(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    version = _hippo(cluster, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("hippo, version ")
+    usage = _hippo(cluster, "list", "--user", "u", "--since", "yesterday")
+    assert usage.returncode == 2 and "ISO 8601" in usage.stderr
+    meta = _hippo(cluster, "recall", "--user", "u", "q", "--meta", "no-equals-sign")
+    assert meta.returncode == 2 and "key=value" in meta.stderr
+    not_export = tmp_path / "junk.jsonl"
+    not_export.write_text('{"header": {"format_version": 1}}\n')
+    assert _hippo(cluster, "import", str(not_export)).returncode == 2  # no footer
+    closed = f"127.0.0.1:{reserve_port()}"
+    down = _hippo(cluster, "--gateway", closed, "--timeout", "3", "users")
+    assert down.returncode == 3 and "UNAVAILABLE" in down.stderr
+    assert "hint:" in down.stderr and "--gateway" in down.stderr
+    wrong = _hippo(cluster, "--api-key", "not-a-key", "users")
+    assert wrong.returncode == 3 and "UNAUTHENTICATED" in wrong.stderr

@@ -7,10 +7,11 @@ import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import grpc
+from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
@@ -43,13 +44,30 @@ async def gateway(settings: CliSettings) -> AsyncIterator[memory_pb2_grpc.Memory
         yield memory_pb2_grpc.MemoryServiceStub(channel)
 
 
+# Exit codes (`hippo --help` lists them): 1 a check failed (health, audit verify), 2 the
+# command line or an input file is wrong (click's own code for usage errors), 3 a service
+# refused or failed the call.
+SERVER_ERROR = 3
+UNAVAILABLE_HINT = (
+    "hint: no service answered at that address; start the cluster with `make run` (or "
+    "`hippo up`), or point --gateway (HIPPO_CLI_GATEWAY_ADDR) at a running gateway"
+)
+
+
+def fail(exc: grpc.aio.AioRpcError) -> NoReturn:
+    """Print `error: CODE: message` (and a hint when nothing answered); exit 3."""
+    click.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
+    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        click.echo(UNAVAILABLE_HINT, err=True)
+    sys.exit(SERVER_ERROR)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro`; a failed call prints `error: CODE: message` and exits with status 2."""
+    """Run `coro`; a failed call prints `error: CODE: message` and exits with status 3."""
     try:
         return asyncio.run(coro)
     except grpc.aio.AioRpcError as exc:
-        click.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
-        sys.exit(2)
+        fail(exc)
 
 
 def status_details(exc: grpc.aio.AioRpcError) -> list[Any]:
@@ -103,3 +121,61 @@ def hit_json(hit: memory_pb2.Hit) -> dict[str, Any]:
         "lexical_score": hit.lexical_score,
         "semantic_score": hit.semantic_score,
     }
+
+
+def memory_json(m: memory_pb2.MemoryRecord) -> dict[str, Any]:
+    return {
+        "memory_id": m.memory_id,
+        "user_id": m.scope.user_id,
+        "session_id": m.scope.session_id,
+        "role": ROLE_NAMES.get(m.role, "unspecified"),
+        "text": m.text,
+        "time": datetime.fromtimestamp(m.time.ToMicroseconds() / 1e6, UTC).isoformat(),
+        "client_id": m.client_id,
+        "metadata": dict(m.metadata),
+    }
+
+
+def when(value: str | None, option: str) -> timestamp_pb2.Timestamp | None:
+    """An ISO 8601 date or time option (a naive one is UTC) as a Timestamp."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 date or time (e.g. 2024-06-01 or "
+            "2024-06-01T12:00:00+02:00)",
+            param_hint=option,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(moment.astimezone(UTC))
+    return out
+
+
+def time_range(since: str | None, until: str | None) -> memory_pb2.TimeRange | None:
+    start, end = when(since, "--since"), when(until, "--until")
+    if start is None and end is None:
+        return None
+    out = memory_pb2.TimeRange()
+    if start is not None:
+        out.start.CopyFrom(start)
+    if end is not None:
+        out.end.CopyFrom(end)
+    return out
+
+
+def pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """`key=value` options as a dict (a value may hold '=')."""
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not key=value", param_hint=option)
+        out[key] = rest
+    return out
+
+
+ROLE_CHOICE = click.Choice(sorted(ROLES))

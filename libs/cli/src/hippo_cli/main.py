@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -13,17 +14,25 @@ import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
-from hippo_cli import audit, chat, endpoints, launcher, memory, memtok, ops, replay, seed
+from hippo_cli import (
+    api,
+    audit,
+    browse,
+    chat,
+    endpoints,
+    launcher,
+    memory,
+    memtok,
+    ops,
+    replay,
+    seed,
+    transfer,
+)
 from hippo_cli.health import check
 from hippo_cli.registry import SERVICES, settings_classes
 from hippo_cli.settings import CliSettings
 from hippo_core import client, embedding_client, envfile
 from hippo_core.settings import TlsSettings
-
-
-def _fail(exc: grpc.aio.AioRpcError) -> None:
-    click.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
-    sys.exit(2)
 
 
 def _addresses(settings: CliSettings) -> dict[str, list[str]]:
@@ -51,7 +60,31 @@ def _tls(settings: CliSettings, ca: str | None, cert: str | None, key: str | Non
     return tls
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_CODES = """Exit codes: 0 done; 1 a check failed (health, audit verify); 2 a wrong
+command line or input file; 3 a service refused or failed the call (the message names the
+status, e.g. INVALID_ARGUMENT, with a hint when nothing answered)."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
+@click.version_option(importlib.metadata.version("hippo-cli"), "--version", "-V", prog_name="hippo")
+@click.option(
+    "--gateway",
+    metavar="HOST:PORT",
+    help="The gateway the memory commands call [HIPPO_CLI_GATEWAY_ADDR; default: the one "
+    "`hippo up` started, else 127.0.0.1:50051].",
+)
+@click.option(
+    "--api-key",
+    metavar="KEY",
+    help="The API key the memory commands send [HIPPO_CLI_API_KEY; default: the local "
+    "development key]. Prefer the variable: a flag shows in the process list.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Deadline of each call [HIPPO_CLI_TIMEOUT_SECONDS; default 10].",
+)
 @click.option(
     "--tls-ca",
     type=click.Path(exists=True, dir_okay=False),
@@ -69,15 +102,29 @@ def _tls(settings: CliSettings, ca: str | None, cert: str | None, key: str | Non
     help="Private key of --tls-cert [HIPPO_CLI_TLS__KEY_FILE].",
 )
 @click.pass_context
-def cli(ctx: click.Context, tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    gateway: str | None,
+    api_key: str | None,
+    timeout: float | None,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+) -> None:
     """Hippo: long-term, private, verifiable memory for LLM applications."""
     settings = CliSettings()
     # Commands reach every replica of a local cluster unless told otherwise.
     addrs = _addresses(settings)
+    flags: dict[str, object] = {
+        "gateway_addr": gateway,
+        "api_key": api_key,
+        "timeout_seconds": timeout,
+    }
     ctx.obj = settings.model_copy(
         update={
             **{f"{name}_addr": endpoints.target(a) for name, a in addrs.items()},
             "tls": _tls(settings, tls_ca, tls_cert, tls_key),
+            **{k: v for k, v in flags.items() if v is not None},
         }
     )
 
@@ -172,7 +219,7 @@ def embed(settings: CliSettings, texts: tuple[str, ...], as_json: bool) -> None:
     try:
         reply = asyncio.run(run())
     except grpc.aio.AioRpcError as exc:
-        _fail(exc)
+        api.fail(exc)
     vectors = embedding_client.vectors(reply)
     if as_json:
         click.echo(json.dumps({"model": reply.model, "vectors": vectors.tolist()}))
@@ -191,6 +238,12 @@ def embed(settings: CliSettings, texts: tuple[str, ...], as_json: bool) -> None:
 cli.add_command(memory.remember)
 cli.add_command(memory.recall)
 cli.add_command(memory.forget)
+cli.add_command(browse.list_memories)
+cli.add_command(browse.get)
+cli.add_command(browse.sessions)
+cli.add_command(browse.users)
+cli.add_command(transfer.export)
+cli.add_command(transfer.import_)
 cli.add_command(replay.replay)
 cli.add_command(ops.reindex)
 cli.add_command(audit.audit)

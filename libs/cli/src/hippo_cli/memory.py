@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from hippo_cli.settings import CliSettings
 
 
 @click.command()
-@click.argument("texts", nargs=-1, required=True)
+@click.argument("texts", nargs=-1)
 @click.option("--user", required=True, help="The user the memories belong to.")
 @click.option("--session", required=True, help="The session (conversation) to append to.")
 @click.option("--role", type=click.Choice(sorted(api.ROLES)), default="user", show_default=True)
@@ -36,7 +37,12 @@ def remember(
     idempotency_key: str,
     as_json: bool,
 ) -> None:
-    """Store TEXTS as turns of one session, in order."""
+    """Store TEXTS as turns of one session, in order. `-` (or no TEXTS, with stdin not
+    a terminal) reads one turn's text from stdin."""
+    if texts == ("-",) or (not texts and not sys.stdin.isatty()):
+        texts = (sys.stdin.read().rstrip("\n"),)
+    if not texts:
+        raise click.UsageError("give TEXTS, or `-` to read one text from stdin")
     if client_ids and len(client_ids) != len(texts):
         raise click.UsageError(f"give one --client-id per text ({len(texts)}), or none")
     turns = []
@@ -110,6 +116,16 @@ def _table(reply: memory_pb2.RecallResponse) -> None:
 @click.option("--session", default="", help="Only this session.")
 @click.option("--mode", type=click.Choice(sorted(api.MODES)), default="hybrid", show_default=True)
 @click.option("--top-k", type=int, default=10, show_default=True)
+@click.option("--since", help="Only memories at or after this time (ISO 8601; naive = UTC).")
+@click.option("--until", help="Only memories before this time (ISO 8601; naive = UTC).")
+@click.option("--role", "roles", type=api.ROLE_CHOICE, multiple=True, help="Only these roles.")
+@click.option(
+    "--meta",
+    "meta",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only memories with this metadata (declared filter keys; repeatable: all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per hit.")
 @click.option(
     "--batch",
@@ -126,6 +142,10 @@ def recall(
     session: str,
     mode: str,
     top_k: int,
+    since: str | None,
+    until: str | None,
+    roles: tuple[str, ...],
+    meta: tuple[str, ...],
     as_json: bool,
     batch: Path | None,
     concurrency: int,
@@ -142,6 +162,11 @@ def recall(
     request = _request(
         {"user": user, "query": query, "mode": mode, "top_k": top_k, "session": session}
     )
+    window = api.time_range(since, until)
+    if window is not None:
+        request.time_range.CopyFrom(window)
+    request.roles.extend(api.ROLES[r] for r in roles)
+    request.metadata.update(api.pairs(meta, "--meta"))
 
     async def call() -> memory_pb2.RecallResponse:
         async with api.gateway(settings) as stub:

@@ -404,7 +404,7 @@ def replay(
         )
     except GiveUp as exc:
         click.echo(f"error: {exc}; run the same command again to resume ({path})", err=True)
-        sys.exit(2)
+        sys.exit(api.SERVER_ERROR)
     ledger.finish()
     took = time.monotonic() - started
     skipped = f", {run.skipped} skipped (acknowledged in an earlier run)" if run.skipped else ""
