@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hippo_retrieval.adapters.tantivy_index import IndexLockedError, TantivyIndex
-from hippo_retrieval.domain.models import Candidate, Change, Deletion, Role, Scope, StoredTurn
+from hippo_retrieval.domain.models import (
+    Candidate,
+    Change,
+    Deletion,
+    Role,
+    Scope,
+    StoredTurn,
+    metadata_term,
+)
 
 TENANT = "acme"
 USER = "alice"
@@ -491,3 +500,26 @@ def test_closed_index_refuses_writes(tmp_path: Path) -> None:
         ix.apply([turn(1, "late")])
     with pytest.raises(RuntimeError):
         ix.commit()
+
+
+def test_metadata_filters_are_exact_terms_and_leave_the_score(index: TantivyIndex) -> None:
+    chef, maya = metadata_term("agent_id", "chef"), metadata_term("speaker", "Maya")
+    a = replace(turn(1, "deploy the app"), filter_terms=(chef, maya))
+    b = replace(turn(2, "deploy again"), filter_terms=(chef,))
+    c = turn(3, "deploy tomorrow")
+    index.apply([a, b, c])
+    index.commit()
+
+    def found(*pairs: tuple[str, str]) -> dict[str, float]:
+        scope = Scope(tenant=TENANT, user=USER, metadata=tuple(sorted(pairs)))
+        return {h.memory_id: h.score for h in index.search(scope, "deploy", 10)}
+
+    everything = found()
+    assert set(everything) == {a.memory_id, b.memory_id, c.memory_id}
+    chef = found(("agent_id", "chef"))
+    assert set(chef) == {a.memory_id, b.memory_id}
+    assert all(score == pytest.approx(everything[m]) for m, score in chef.items())
+    assert set(found(("agent_id", "chef"), ("speaker", "Maya"))) == {a.memory_id}
+    assert found(("agent_id", "Chef")) == {}
+    # The applied_seq document is in the same field: nothing can match it.
+    assert found(("applied", "seq")) == {} and index.applied_seq() == 3

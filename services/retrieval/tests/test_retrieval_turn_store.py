@@ -1072,3 +1072,31 @@ def test_sessions_and_users_are_counted_and_paged_by_id(store: Store) -> None:
         ("u0", 2, 2),
         ("u1", 4, 2),
     ]
+
+
+def test_listing_filters_by_metadata_equality_inside_the_user(store: Store) -> None:
+    meta = [
+        {"agent_id": "chef", "speaker": "Maya"},
+        {"agent_id": "chef", "speaker": "Bot"},
+        {"agent_id": "tutor"},
+        {"agent": "chef"},  # another key, same value
+        {"agent_id": 'che"f', "note": "quote and = and 1:x in a value"},
+    ]
+    turns = [_timed(n, T0 + n, metadata=m) for n, m in enumerate(meta)]
+    other = _timed(9, T0 + 9, user="u2", metadata={"agent_id": "chef"})
+    store.append([*turns, other])
+
+    def listed(*pairs: tuple[str, str]) -> list[str]:
+        scope = Scope("t1", "u1", metadata=tuple(sorted(pairs)))
+        return [
+            t.memory_id for t in store.list_turns(scope, newest_first=False, after=None, limit=50)
+        ]
+
+    ids = [t.memory_id for t in turns]
+    assert listed(("agent_id", "chef")) == ids[:2]  # not u2's, not the other key's
+    assert listed(("agent_id", "chef"), ("speaker", "Bot")) == [ids[1]]  # all must hold
+    assert listed(("agent_id", "chef"), ("speaker", "Nobody")) == []
+    assert listed(("agent_id", "Chef")) == []  # exact, case-sensitive
+    assert listed(("agent_id", 'che"f')) == [ids[4]]
+    assert listed(("note", "quote and = and 1:x in a value")) == [ids[4]]
+    assert listed(("missing", "x")) == []

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +36,7 @@ from hippo_retrieval.domain.models import (
     Scope,
     StoredTurn,
     Vector,
+    metadata_term,
 )
 
 pytestmark = pytest.mark.filterwarnings(
@@ -513,3 +514,23 @@ def test_a_server_that_does_not_answer_fails_fast(tmp_path: Path) -> None:
     with pytest.raises(Exception):  # noqa: B017 - whatever the transport raises
         indexes.open(1, 4)  # port 9 (discard): refused at once
     assert time.monotonic() - started < 10
+
+
+def test_metadata_filters_match_the_filter_terms_all_of_them(index: Index) -> None:
+    rows = random_units(4)
+    a = replace(turn(rows[0]), filter_terms=(metadata_term("agent_id", "chef"),
+                                             metadata_term("speaker", "Maya")))  # fmt: skip
+    b = replace(turn(rows[1]), filter_terms=(metadata_term("agent_id", "chef"),))
+    c = replace(turn(rows[2]), filter_terms=(metadata_term("agent_id", "tutor"),))
+    d = turn(rows[3])  # no declared metadata
+    index.apply([a, b, c, d])
+
+    def found(*pairs: tuple[str, str]) -> set[str]:
+        scope = Scope("acme", "u1", metadata=tuple(sorted(pairs)))
+        return set(ids(index.search(scope, rows[0], 10)))
+
+    assert found() == {a.memory_id, b.memory_id, c.memory_id, d.memory_id}
+    assert found(("agent_id", "chef")) == {a.memory_id, b.memory_id}
+    assert found(("agent_id", "chef"), ("speaker", "Maya")) == {a.memory_id}
+    assert found(("agent_id", "chef"), ("speaker", "Bot")) == set()
+    assert found(("speaker", "chef")) == set()  # a value under another key is not a match

@@ -117,6 +117,7 @@ def recall_query(request: memory_pb2.RecallRequest) -> RecallQuery:
         start_us=micros(window.start, "time_range.start") if window.HasField("start") else None,
         end_us=micros(window.end, "time_range.end") if window.HasField("end") else None,
         roles=frozenset(role(r, f"roles[{i}]") for i, r in enumerate(request.roles)),
+        metadata=tuple(sorted(request.metadata.items())),
     )
 
 
@@ -237,6 +238,7 @@ def search_request(
         mode=MODE_PB[q.mode],
         top_k=q.top_k,
         vector_model=vector_model,
+        metadata=dict(q.metadata),
     )
     if q.start_us is not None:
         request.start_us = q.start_us
@@ -479,6 +481,7 @@ def list_query(request: memory_pb2.ListMemoriesRequest) -> ListQuery:
         end_us=micros(window.end, "time_range.end") if window.HasField("end") else None,
         roles=frozenset(role(r, f"roles[{i}]") for i, r in enumerate(request.roles)),
         newest_first=_ORDERS[request.order],
+        metadata=tuple(sorted(request.metadata.items())),
     )
 
 
@@ -587,6 +590,7 @@ def list_request(
         roles=[ROLE_PB[r] for r in sorted(query.roles)],
         newest_first=query.newest_first,
         limit=limit,
+        metadata=dict(query.metadata),
     )
     if query.start_us is not None:
         out.start_us = query.start_us

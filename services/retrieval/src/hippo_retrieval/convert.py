@@ -101,6 +101,7 @@ def scope(request: retrieval_pb2.SearchRequest | retrieval_pb2.ListRequest) -> S
         start_us=request.start_us if request.HasField("start_us") else None,
         end_us=request.end_us if request.HasField("end_us") else None,
         roles=frozenset(role(r, f"roles[{i}]") for i, r in enumerate(request.roles)),
+        metadata=tuple(sorted(request.metadata.items())),
     )
 
 

@@ -124,6 +124,14 @@ class RetrievalSettings(ServiceSettings):
     )
     max_top_k: int = Field(100, ge=1, le=1000, description="Largest top_k a Search may ask.")
     max_turns_per_write: int = Field(1024, ge=1, description="Most turns per Write call.")
+    filter_keys: list[str] = Field(
+        ["speaker", "agent_id", "run_id", "app_id", "source", "category"],
+        max_length=64,
+        description="Metadata keys Recall and ListMemories may filter on (equality): both "
+        "indexes hold these keys' values, and only these. A JSON list, e.g. "
+        '["speaker", "agent_id"]. Turns stored before a key was declared are found by it '
+        "after `hippo reindex`.",
+    )
     commit_interval_seconds: float = Field(
         0.5,
         gt=0,

@@ -142,6 +142,8 @@ def recall_event(tenant: str, query: RecallQuery, result: Recalled, fingerprint:
         body["time_range_us"] = [query.start_us, query.end_us]
     if query.roles:
         body["roles"] = sorted(r.value for r in query.roles)
+    if query.metadata:  # the keys only: a value may be content
+        body["metadata_keys"] = [k for k, _ in query.metadata]
     return AuditEvent(
         tenant,
         "recall",
@@ -168,6 +170,8 @@ def read_event(
             body["time_range_us"] = [query.start_us, query.end_us]
         if query.roles:
             body["roles"] = sorted(r.value for r in query.roles)
+        if query.metadata:  # the keys only: a value may be content
+            body["metadata_keys"] = [k for k, _ in query.metadata]
     return AuditEvent(
         tenant, "read", user, session, tuple(m.memory_id for m in memories), body=body
     )

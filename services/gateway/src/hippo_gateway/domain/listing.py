@@ -72,6 +72,8 @@ class Listings:
             "" if query.end_us is None else str(query.end_us),
             ",".join(sorted(r.value for r in query.roles)),
             "newest" if query.newest_first else "oldest",
+            # Lengths first: keys and values may hold any character but NUL.
+            *(f"{len(k)}:{k}{len(v)}:{v}" for k, v in query.metadata),
         )
         after = _memory_key(_read(token, bound)) if token else None
         memories, next_key = await self._store.list_memories(tenant, query, after, limit)

@@ -95,6 +95,9 @@ class RecallQuery:
     start_us: int | None = None
     end_us: int | None = None
     roles: frozenset[Role] = frozenset()
+    # Metadata equality filters, (key, value) sorted; keys declared at the retrieval
+    # service, which checks them.
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class ListQuery:
     end_us: int | None = None
     roles: frozenset[Role] = frozenset()
     newest_first: bool = True
+    metadata: tuple[tuple[str, str], ...] = ()  # as RecallQuery.metadata
 
 
 # The key of a memory in a listing, (time_us, store seq): a page starts after it.

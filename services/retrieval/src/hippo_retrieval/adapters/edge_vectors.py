@@ -14,7 +14,8 @@ idempotent) but never lead it. Creating a new shard resets it to 0, so a deleted
 directory next to a stale sidecar cannot claim data it no longer has.
 
 Points. The point id is the memory_id (a UUID string, which the engine accepts as a
-point id); the payload is {memory_id, tenant, user_id, session_id, role, time_us}, with
+point id); the payload is {memory_id, tenant, user_id, session_id, role, time_us,
+metadata_terms (one `models.metadata_term` per metadata pair, for filters)}, with
 keyword indexes on the strings and an integer index on time_us. No text goes here: the
 turn store holds the text. Upserts are conditional on the tenant (an existing point is
 replaced only by its own tenant's write). Every search carries tenant and user (plus the optional
@@ -58,7 +59,15 @@ from qdrant_edge import (
 )
 
 from hippo_core.files import write_atomic
-from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Candidate,
+    Change,
+    Deletion,
+    Scope,
+    StoredTurn,
+    Vector,
+    metadata_term,
+)
 
 # Payload keys, shared with qdrant_vectors.py so both adapters index the same fields.
 MEMORY_ID = "memory_id"
@@ -67,6 +76,7 @@ USER = "user_id"
 SESSION = "session_id"
 ROLE = "role"
 TIME = "time_us"
+METADATA = "metadata_terms"  # models.metadata_term of each pair: metadata filters
 KEYWORD_FIELDS = (TENANT, USER, SESSION, ROLE)
 
 _SIDECAR_SUFFIX = ".applied.json"
@@ -118,6 +128,7 @@ def payload(turn: StoredTurn) -> dict[str, Any]:
         SESSION: turn.session,
         ROLE: str(turn.role),
         TIME: turn.time_us,
+        METADATA: list(turn.filter_terms),
     }
 
 
@@ -201,6 +212,7 @@ class EdgeVectorIndex:
             SESSION: PayloadSchemaType.Keyword,
             ROLE: PayloadSchemaType.Keyword,
             TIME: PayloadSchemaType.Integer,
+            METADATA: PayloadSchemaType.Keyword,
         }
         for field, schema in wanted.items():
             if field not in have:
@@ -320,6 +332,8 @@ def scope_filter(scope: Scope) -> Filter:
         must.append(FieldCondition(key=SESSION, match=MatchValue(value=scope.session)))
     if scope.roles:
         must.append(FieldCondition(key=ROLE, match=MatchAny(sorted(str(r) for r in scope.roles))))
+    for key, value in scope.metadata:  # an array payload matches if any element does
+        must.append(FieldCondition(key=METADATA, match=MatchValue(value=metadata_term(key, value))))
     if scope.start_us is not None or scope.end_us is not None:
         # The engine's range is f64: exact for |t| < 2**53 µs (≈ year 2255).
         must.append(FieldCondition(key=TIME, range=RangeFloat(gte=scope.start_us, lt=scope.end_us)))

@@ -2,7 +2,8 @@
 
 For deployments that run Qdrant separately (shared, replicated, scaled on its own); the
 embedded default is `EdgeVectorIndex`. Both adapters keep the same points: id = the
-memory_id UUID, payload {memory_id, tenant, user_id, session_id, role, time_us} with
+memory_id UUID, payload {memory_id, tenant, user_id, session_id, role, time_us,
+metadata_terms} with
 keyword indexes on the strings (tenant marked `is_tenant`, which lets the server lay
 segments out per tenant) and an integer index on time_us; no text. Every search puts the
 whole scope (tenant, user, optional session, roles, time range) in the server's `must`
@@ -38,6 +39,7 @@ from qdrant_client import QdrantClient, models
 
 from hippo_retrieval.adapters.edge_vectors import (
     MEMORY_ID,
+    METADATA,
     ROLE,
     SESSION,
     TENANT,
@@ -49,7 +51,14 @@ from hippo_retrieval.adapters.edge_vectors import (
     runs,
     vector_list,
 )
-from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, Vector
+from hippo_retrieval.domain.models import (
+    Candidate,
+    Change,
+    Deletion,
+    Scope,
+    Vector,
+    metadata_term,
+)
 
 META_POINT = 1  # the one point of `<collection>_meta`
 APPLIED_SEQ = "applied_seq"
@@ -130,6 +139,7 @@ class QdrantVectorIndex:
             SESSION: models.PayloadSchemaType.KEYWORD,
             ROLE: models.PayloadSchemaType.KEYWORD,
             TIME: models.PayloadSchemaType.INTEGER,
+            METADATA: models.PayloadSchemaType.KEYWORD,
         }
         for field, schema in wanted.items():
             if field not in have:
@@ -289,6 +299,9 @@ def scope_filter(scope: Scope) -> models.Filter:
     if scope.roles:
         roles = sorted(str(r) for r in scope.roles)
         must.append(models.FieldCondition(key=ROLE, match=models.MatchAny(any=roles)))
+    for key, value in scope.metadata:  # an array payload matches if any element does
+        term = metadata_term(key, value)
+        must.append(models.FieldCondition(key=METADATA, match=models.MatchValue(value=term)))
     if scope.start_us is not None or scope.end_us is not None:
         must.append(
             models.FieldCondition(key=TIME, range=models.Range(gte=scope.start_us, lt=scope.end_us))

@@ -33,7 +33,8 @@ filler word in "where is handleSubmit defined?" cannot outweigh the identifier. 
 ORed (Should) inside one Must clause; a text with no tokens (`*`, `~`, emoji only)
 returns [] without searching. The scope is a second Must clause: term queries on tenant
 and user always, session when given, a Should of the roles when given, a range on
-time_us when given, all wrapped in a constant score of 0 so the reported score is the
+time_us when given, a term per metadata filter pair (`meta`, below), all wrapped in a
+constant score of 0 so the reported score is the
 text's BM25 alone. Operators, colons, quotes and wildcards are therefore only characters
 the analyzers split on; no text can widen the scope. Query text is cut to
 MAX_QUERY_CHARS and MAX_QUERY_TERMS distinct terms per field, so a pasted log still
@@ -84,7 +85,14 @@ from tantivy import (
 )
 
 from hippo_retrieval.adapters import stopwords
-from hippo_retrieval.domain.models import Candidate, Change, Deletion, Scope, StoredTurn
+from hippo_retrieval.domain.models import (
+    Candidate,
+    Change,
+    Deletion,
+    Scope,
+    StoredTurn,
+    metadata_term,
+)
 
 MEMORY_ID = "memory_id"
 TENANT = "tenant"
@@ -303,6 +311,12 @@ class TantivyIndex:
             TEXT: clean_text(turn.document) if turn.document else text,
             EXACT: text,  # the turn's own words only: identifiers lead to their own turn
         }
+        terms = list(turn.filter_terms)
+        if terms:
+            # Metadata filters: one exact term per pair, in the raw `meta` field the
+            # applied_seq document also uses (its one term, "applied_seq", has no "N:"
+            # prefix, so no pair can match it, nor it a filter).
+            fields[META] = terms
         return Document.from_dict(fields, self._schema)
 
     def _term(self, field: str, value: str) -> Query:
@@ -374,6 +388,8 @@ class TantivyIndex:
                     Query.boolean_query([(Occur.Should, self._term(ROLE, r)) for r in roles]),
                 )
             )
+        for key, value in scope.metadata:
+            clauses.append((Occur.Must, self._term(META, metadata_term(key, value))))
         if scope.start_us is not None or scope.end_us is not None:
             clauses.append(
                 (

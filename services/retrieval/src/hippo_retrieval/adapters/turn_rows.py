@@ -136,6 +136,14 @@ def feed_entries(rows: Sequence[Sequence[Any]]) -> list[Change]:
 # key, so no listing ever reads the rows of the pages before it.
 
 
+# One metadata pair in each engine's JSON (the column is the turn's metadata as JSON text
+# in both); the key and value are bound parameters, never spliced into a JSON path.
+_METADATA_MATCH = {
+    "?": "EXISTS (SELECT 1 FROM json_each(t.metadata) m WHERE m.key = ? AND m.value = ?)",
+    "%s": "(t.metadata::jsonb ->> %s) = %s",
+}
+
+
 def list_turns_query(
     scope: Scope, newest_first: bool, after: Cursor | None, limit: int, mark: str
 ) -> tuple[str, list[Any]]:
@@ -157,6 +165,10 @@ def list_turns_query(
         roles = sorted(r.value for r in scope.roles)
         where.append(f"t.role IN ({', '.join([mark] * len(roles))})")
         params += roles
+    for key, value in scope.metadata:
+        # Inside the user's rows (the index range above): at most one user's turns scanned.
+        where.append(_METADATA_MATCH[mark])
+        params += [key, value]
     if after is not None:
         # (time_us, seq) beyond the cursor, written with a plain bound on time_us first so
         # both planners use it as the index range.

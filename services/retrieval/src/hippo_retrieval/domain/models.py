@@ -50,6 +50,19 @@ class Scope:
     start_us: int | None = None  # inclusive
     end_us: int | None = None  # exclusive
     roles: frozenset[Role] = frozenset()
+    # Metadata equality, all of them: (key, value) pairs, sorted (keys are declared
+    # filter keys: validation.check_filter).
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+def metadata_term(key: str, value: str) -> str:
+    """One metadata pair as one exact term, as both indexes store and match it. The key's
+    length comes first, so no key or value (any text but NUL) can forge another pair."""
+    return f"{len(key)}:{key}={value}"
+
+
+def metadata_terms(metadata: Mapping[str, str]) -> list[str]:
+    return [metadata_term(k, v) for k, v in sorted(metadata.items())]
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,8 @@ class StoredTurn:
     vector: Vector | None
     position: int = 0  # 1-based place in its session, in arrival order; never reused
     document: str = ""  # what BM25 indexes (documents.py); set by the projector, not stored
+    # metadata_term of each declared filter key's pair; set by the projector, not stored
+    filter_terms: tuple[str, ...] = ()
     vector_model: str = ""  # the embedding model `vector` comes from ("" = the legacy model)
 
 

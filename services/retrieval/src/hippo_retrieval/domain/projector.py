@@ -30,7 +30,14 @@ from dataclasses import replace
 from hippo_core.embedding import vector_text
 from hippo_retrieval import metrics
 from hippo_retrieval.domain.documents import lexical_document
-from hippo_retrieval.domain.models import Change, Deletion, EmbeddingModel, StoredTurn, Vector
+from hippo_retrieval.domain.models import (
+    Change,
+    Deletion,
+    EmbeddingModel,
+    StoredTurn,
+    Vector,
+    metadata_terms,
+)
 from hippo_retrieval.domain.ports import Embedder, LexicalIndex, TurnStore, VectorIndex
 
 PAGE = 1000
@@ -56,8 +63,11 @@ class Projector:
         model: EmbeddingModel | None = None,
         legacy_model: str = "",
         embedder: Embedder | None = None,
+        filter_keys: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
+        # Metadata keys the indexes hold as filter terms (StoredTurn.filter_terms).
+        self._filter_keys = filter_keys
         # The vector index's model; None: take every stored vector as it is (tests of
         # other behaviour). `legacy_model` is what a vector stored without a name is.
         self._model = model
@@ -139,7 +149,7 @@ class Projector:
         start = self._lexical_applied
         if writer:
             start = min(start, self._vector_applied)
-        changes = self._store.changes(start, PAGE)
+        changes = [self._with_filters(c) for c in self._store.changes(start, PAGE)]
         if changes:
             lexical = [c for c in changes if c.seq > self._lexical_applied]
             if lexical:
@@ -158,6 +168,14 @@ class Projector:
             self._lexical_committed = self._lexical_applied
         self._report()
         return len(changes)
+
+    def _with_filters(self, change: Change) -> Change:
+        """The turn with the filter terms of its declared metadata keys (only those reach
+        the indexes: other metadata, which may be anything, stays in the turn store)."""
+        if not isinstance(change, StoredTurn) or not self._filter_keys:
+            return change
+        declared = {k: v for k, v in change.metadata.items() if k in self._filter_keys}
+        return replace(change, filter_terms=tuple(metadata_terms(declared)))
 
     def _own_vectors(self, changes: list[Change]) -> list[Change]:
         """The changes with every turn's vector of this index's model (module docstring)."""

@@ -69,6 +69,7 @@ from hippo_retrieval.domain.projector import Projector
 from hippo_retrieval.domain.retriever import FusionConfig, Retriever, SearchResult
 from hippo_retrieval.domain.validation import (
     Limits,
+    check_filter,
     check_limit,
     check_list,
     check_turns,
@@ -95,6 +96,9 @@ class ProjectionConfig:
     # Delay between an erasure reaching the indexes and the rebuild that purges their
     # files (module docstring); None: never (tests of other behaviour).
     purge_delay_s: float | None = 60.0
+    # The metadata keys both indexes hold, as filter terms, and Search and List filter on
+    # (settings.filter_keys). Declaring another one needs a reindex for older turns.
+    filter_keys: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class _Generation:
             vectors,
             commit_interval_s=projection.commit_interval_s,
             commit_every=projection.commit_every,
+            filter_keys=projection.filter_keys,
             on_progress=on_progress,
             on_deleted=on_deleted,
             model=model,
@@ -306,6 +311,7 @@ class RetrievalService:
     ) -> SearchResult:
         require("tenant", scope.tenant)
         require("user_id", scope.user)
+        check_filter(scope.metadata, self._projection.filter_keys)
         if mode in (Mode.HYBRID, Mode.LEXICAL) and not query.strip():
             raise InvalidArgument("query", f"is required in {mode.value} mode")
         if mode in (Mode.HYBRID, Mode.SEMANTIC) and vector is None:
@@ -335,6 +341,7 @@ class RetrievalService:
         """A page of the scope's turns by (time_us, seq), and the cursor of its last turn
         when more follow (None: the last page). One row more than asked tells which."""
         check_list(scope, after, limit, self._limits)
+        check_filter(scope.metadata, self._projection.filter_keys)
         rows = await self._run(
             self._store.list_turns,
             scope,

@@ -17,6 +17,8 @@ from hippo_retrieval.domain.models import Cursor, EmbeddingModel, NewTurn, Scope
 
 MAX_ID = 128
 MAX_DIMENSION = 65536
+MAX_FILTERS = 8  # metadata pairs per Search or List
+MAX_FILTER_VALUE_BYTES = 1024  # as a turn's metadata value
 # PostgreSQL's text type cannot hold U+0000; refused here, the same on both engines, so a
 # turn that the embedded store accepts is never one that cluster mode would refuse.
 NUL = "\x00"
@@ -94,3 +96,20 @@ def check_list(scope: Scope, after: Cursor | None, limit: int, limits: Limits) -
     check_limit(limit, limits)
     if after is not None and after.seq < 1:
         raise InvalidArgument("after.seq", f"must be at least 1, got {after.seq}")
+
+
+def check_filter(pairs: Sequence[tuple[str, str]], declared: frozenset[str]) -> None:
+    """Metadata filters: at most MAX_FILTERS pairs, on declared keys only (the indexes
+    hold no others, so any other key would silently match nothing)."""
+    if len(pairs) > MAX_FILTERS:
+        raise InvalidArgument("metadata", f"at most {MAX_FILTERS} entries, got {len(pairs)}")
+    for key, value in pairs:
+        if key not in declared:
+            names = ", ".join(sorted(declared)) or "none"
+            raise InvalidArgument(
+                f"metadata[{key[:80]}]",
+                f"is not a declared filter key (declared: {names}; HIPPO_RETRIEVAL_FILTER_KEYS)",
+            )
+        if len(value.encode("utf-8", "surrogatepass")) > MAX_FILTER_VALUE_BYTES:
+            raise InvalidArgument(f"metadata[{key}]", f"at most {MAX_FILTER_VALUE_BYTES} bytes")
+        no_nul(f"metadata[{key}]", value)
