@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -374,3 +375,63 @@ def test_two_processes_in_cluster_mode_share_the_store(tmp_path: Path, postgres_
             assert status_a.lexical_seq == status_a.last_seq  # the erasure applied on A too
         assert not (tmp_path / "a" / "turns.sqlite3").exists()  # the store is PostgreSQL
         assert a.terminate() == 0 and b.terminate() == 0
+
+
+def test_update_metadata_re_indexes_the_turn_and_keeps_its_text(stub) -> None:  # type: ignore[no-untyped-def]
+    """A changed speaker is what BM25 now finds the turn by (the lexical document quotes
+    it), a filter finds the new value, not the old; the text, ids and time never change."""
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    turn = new_turn("we planted tomatoes by the fence", 7)
+    stub.Write(
+        retrieval_pb2.WriteRequest(tenant=tenant, turns=[turn], wait_searchable=True), timeout=5
+    )
+
+    def found(query: str, **metadata: str) -> list[str]:
+        request = retrieval_pb2.SearchRequest(
+            tenant=tenant, user_id="u1", query=query, mode=memory_pb2.RECALL_MODE_LEXICAL,
+            top_k=5, metadata=metadata,
+        )  # fmt: skip
+        return [h.memory.memory_id for h in stub.Search(request, timeout=5).hits]
+
+    assert found("Ada tomatoes") == [turn.memory_id] and found("Grace") == []
+    assert found("tomatoes", speaker="Ada") == [turn.memory_id]
+    reply = stub.UpdateMetadata(
+        retrieval_pb2.UpdateMetadataRequest(
+            tenant=tenant,
+            user_id="u1",
+            memory_id=turn.memory_id,
+            set={"speaker": "Grace", "topic": "garden"},
+            remove=["absent-key"],
+            vector=vec(8),
+        ),
+        timeout=5,
+    )
+    assert reply.changed and dict(reply.record.metadata) == {"speaker": "Grace", "topic": "garden"}
+    assert reply.record.text == turn.text and reply.record.time.ToMicroseconds() == turn.time_us
+    for _ in range(100):  # re-indexed through the feed, within the commit interval
+        if found("Grace"):
+            break
+        time.sleep(0.05)
+    assert found("Grace") == [turn.memory_id]
+    assert found("tomatoes", speaker="Grace") == [turn.memory_id]
+    assert found("tomatoes", speaker="Ada") == []
+    semantic = retrieval_pb2.SearchRequest(
+        tenant=tenant, user_id="u1", vector=vec(8), mode=memory_pb2.RECALL_MODE_SEMANTIC, top_k=1
+    )
+    hit = stub.Search(semantic, timeout=5).hits[0]
+    assert hit.memory.memory_id == turn.memory_id and hit.semantic_score > 0.999  # the new vector
+
+    same = stub.UpdateMetadata(
+        retrieval_pb2.UpdateMetadataRequest(
+            tenant=tenant, user_id="u1", memory_id=turn.memory_id, set={"speaker": "Grace"}
+        ),
+        timeout=5,
+    )
+    assert not same.changed
+    for request in (
+        retrieval_pb2.UpdateMetadataRequest(tenant=tenant, user_id="u2", memory_id=turn.memory_id),
+        retrieval_pb2.UpdateMetadataRequest(tenant="other", user_id="u1", memory_id=turn.memory_id),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.UpdateMetadata(request, timeout=5)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND

@@ -1100,3 +1100,23 @@ def test_listing_filters_by_metadata_equality_inside_the_user(store: Store) -> N
     assert listed(("agent_id", 'che"f')) == [ids[4]]
     assert listed(("note", "quote and = and 1:x in a value")) == [ids[4]]
     assert listed(("missing", "x")) == []
+
+
+def test_update_metadata_changes_one_turn_and_touches_it_in_the_feed(store: Store) -> None:
+    first, other = _turn(1, metadata={"speaker": "Ada", "k": "v"}), _turn(2)
+    store.append([first, other])
+    head = store.last_seq()
+    changed = store.update_metadata("t1", "u1", first.memory_id, {"speaker": "Grace"}, ["k"])
+    assert changed is not None
+    turn, did = changed
+    assert did and dict(turn.metadata) == {"speaker": "Grace"} and turn.text == first.text
+    assert [t.metadata for t in store.get("t1", "u1", [first.memory_id])] == [{"speaker": "Grace"}]
+    feed = store.changes(head, 10)
+    assert [(c.seq, c.memory_id) for c in feed] == [(head + 1, first.memory_id)]
+    assert isinstance(feed[0], StoredTurn) and dict(feed[0].metadata) == {"speaker": "Grace"}
+    # The same change again writes nothing; another user's or tenant's turn is absent.
+    again = store.update_metadata("t1", "u1", first.memory_id, {"speaker": "Grace"}, [])
+    assert again is not None and not again[1] and store.last_seq() == head + 1
+    assert store.update_metadata("t1", "u2", first.memory_id, {"a": "b"}, []) is None
+    assert store.update_metadata("t2", "u1", first.memory_id, {"a": "b"}, []) is None
+    assert dict(store.get("t1", "u1", [other.memory_id])[0].metadata) == {}

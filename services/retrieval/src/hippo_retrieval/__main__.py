@@ -35,6 +35,7 @@ CALLERS = callers(
         "List": {"gateway"},
         "ListSessions": {"gateway"},
         "ListUsers": {"gateway"},
+        "UpdateMetadata": {"gateway"},
         "Delete": {"gateway"},
         "Status": {"gateway", OPERATOR},
         "Reindex": {OPERATOR},

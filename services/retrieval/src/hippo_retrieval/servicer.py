@@ -55,6 +55,20 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         turns = await self._domain().get(request.tenant, request.user_id, list(request.memory_ids))
         return retrieval_pb2.GetResponse(records=[convert.record(t) for t in turns])
 
+    async def UpdateMetadata(
+        self, request: retrieval_pb2.UpdateMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> retrieval_pb2.UpdateMetadataResponse:
+        turn, changed = await self._domain().update_metadata(
+            request.tenant,
+            request.user_id,
+            request.memory_id,
+            dict(request.set),
+            list(request.remove),
+            convert.vector(request.vector, "vector"),
+            request.vector_model,
+        )
+        return retrieval_pb2.UpdateMetadataResponse(record=convert.record(turn), changed=changed)
+
     async def List(
         self, request: retrieval_pb2.ListRequest, context: grpc.aio.ServicerContext
     ) -> retrieval_pb2.ListResponse:

@@ -37,7 +37,7 @@ backups. docs/recall.md ("Cluster mode") says so.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -48,6 +48,7 @@ from hippo_retrieval.adapters.turn_rows import (
     TURN_COLUMNS,
     Row,
     decode_vector,
+    encode_metadata,
     encode_vector,
     feed_entries,
     from_row,
@@ -57,6 +58,7 @@ from hippo_retrieval.adapters.turn_rows import (
     session_stats,
     stored,
     to_row,
+    updated_metadata,
     user_stats,
 )
 from hippo_retrieval.domain.models import (
@@ -242,6 +244,61 @@ class PostgresTurnStore:
             ).fetchall()
         found = {turn.memory_id: turn for turn in map(from_row, rows)}
         return [found[i] for i in wanted if i in found]
+
+    def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vector | None = None,
+        vector_model: str = "",
+    ) -> tuple[StoredTurn, bool] | None:
+        """As SqliteTurnStore.update_metadata."""
+        if not _storable(tenant, user, memory_id):
+            return None
+        self._check_open()
+
+        def update(conn: psycopg.Connection[Any]) -> tuple[StoredTurn, bool] | None:
+            head = _lock_feed(conn)
+            row = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns t "
+                "WHERE t.tenant = %s AND t.user_id = %s AND t.memory_id = %s",
+                (tenant, user, memory_id),
+            ).fetchone()
+            if row is None:
+                return None
+            turn = from_row(row)
+            metadata = updated_metadata(turn.metadata, set_, remove)
+            if metadata == dict(turn.metadata):
+                return turn, False
+            conn.execute(
+                "UPDATE turns SET metadata = %s WHERE seq = %s",
+                (encode_metadata(metadata), turn.seq),
+            )
+            if vector is not None:
+                conn.execute(
+                    "UPDATE turns SET vector = %s, vector_model = %s WHERE seq = %s",
+                    (encode_vector(vector), vector_model, turn.seq),
+                )
+                conn.execute(
+                    "DELETE FROM model_vectors WHERE tenant = %s AND memory_id = %s",
+                    (tenant, memory_id),
+                )
+            conn.execute(
+                "INSERT INTO changes (seq, op, tenant, memory_id) VALUES (%s, 'touch', %s, %s)",
+                (head + 1, tenant, memory_id),
+            )
+            conn.execute("UPDATE feed SET last_seq = %s WHERE id = 1", (head + 1,))
+            self._db.notify(conn, FEED_CHANNEL)
+            updated = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.seq = %s", (turn.seq,)
+            ).fetchone()
+            assert updated is not None  # the row this transaction holds
+            return from_row(updated), True
+
+        return self._db.run(update, WHAT)
 
     def list_turns(
         self, scope: Scope, *, newest_first: bool, after: Cursor | None, limit: int

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from hippo_retrieval.adapters.turn_rows import (
     TURN_COLUMNS,
     Row,
     decode_vector,
+    encode_metadata,
     encode_vector,
     feed_entries,
     from_row,
@@ -45,6 +46,7 @@ from hippo_retrieval.adapters.turn_rows import (
     session_stats,
     stored,
     to_row,
+    updated_metadata,
     user_stats,
 )
 from hippo_retrieval.domain.models import (
@@ -186,6 +188,54 @@ class SqliteTurnStore:
                     turn = from_row(row)
                     found[turn.memory_id] = turn
         return [found[i] for i in wanted if i in found]
+
+    def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vector | None = None,
+        vector_model: str = "",
+    ) -> tuple[StoredTurn, bool] | None:
+        """Change one turn's metadata (and, given, its vector: the metadata is part of
+        what is embedded) in one transaction, with a touch in the feed so both indexes
+        re-apply the turn. None when the turn is not the user's; (turn, False) when the
+        metadata already was as asked (nothing written)."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns t "
+                f"WHERE t.tenant = ? AND {BY_ID_USER} AND t.memory_id = ?",
+                (tenant, user, memory_id),
+            ).fetchone()
+            if row is None:
+                return None
+            turn = from_row(row)
+            metadata = updated_metadata(turn.metadata, set_, remove)
+            if metadata == dict(turn.metadata):
+                return turn, False
+            conn.execute(
+                "UPDATE turns SET metadata = ? WHERE seq = ?", (encode_metadata(metadata), turn.seq)
+            )
+            if vector is not None:
+                conn.execute(
+                    "UPDATE turns SET vector = ?, vector_model = ? WHERE seq = ?",
+                    (encode_vector(vector), vector_model, turn.seq),
+                )
+                # Other models' vectors of the old metadata would come back on a rebuild.
+                conn.execute(
+                    "DELETE FROM model_vectors WHERE tenant = ? AND memory_id = ?",
+                    (tenant, memory_id),
+                )
+            conn.execute(
+                "INSERT INTO changes (op, tenant, memory_id) VALUES ('touch', ?, ?)",
+                (tenant, memory_id),
+            )
+            updated = conn.execute(
+                f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.seq = ?", (turn.seq,)
+            ).fetchone()
+        return from_row(updated), True
 
     def list_turns(
         self, scope: Scope, *, newest_first: bool, after: Cursor | None, limit: int

@@ -83,6 +83,15 @@ def encode_metadata(metadata: Mapping[str, str]) -> str:
     return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False)
 
 
+def updated_metadata(
+    old: Mapping[str, str], set_: Mapping[str, str], remove: Sequence[str]
+) -> dict[str, str]:
+    """`old` with `set_` added or replaced and `remove` dropped (UpdateMetadata)."""
+    out = {k: v for k, v in old.items() if k not in remove}
+    out.update(set_)
+    return out
+
+
 def decode_vector(blob: bytes | None) -> Vector | None:
     if blob is None:
         return None

@@ -12,7 +12,7 @@ the others' writes and makes a write searchable on all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from hippo_retrieval.domain.models import (
@@ -37,6 +37,20 @@ class TurnStore(Protocol):
 
     def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
         """The turns with these ids inside tenant and user, in the order asked; missing skipped."""
+        ...
+
+    def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vector | None = None,
+        vector_model: str = "",
+    ) -> tuple[StoredTurn, bool] | None:
+        """Change one turn's metadata (and vector, given) and touch it in the feed; None
+        when the user has no such turn; (turn, False) when nothing changed."""
         ...
 
     def list_turns(

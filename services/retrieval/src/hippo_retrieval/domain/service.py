@@ -38,13 +38,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
-from hippo_core.errors import FailedPrecondition, HippoError, InvalidArgument
+from hippo_core.errors import FailedPrecondition, HippoError, InvalidArgument, NotFound
 from hippo_retrieval import metrics
 from hippo_retrieval.domain.models import (
     Cursor,
@@ -334,6 +334,40 @@ class RetrievalService:
                 "memory_ids", f"must hold 1..{self._limits.max_get} ids, got {len(memory_ids)}"
             )
         return await self._run(self._store.get, tenant, user, memory_ids)
+
+    async def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vector | None = None,
+        vector_model: str = "",
+    ) -> tuple[StoredTurn, bool]:
+        """One turn's metadata changed (its text never is), re-indexed through the feed
+        as a touch: the BM25 document and the filter terms are rebuilt from the new
+        metadata, and the vector index takes the new vector when one is given."""
+        require("tenant", tenant)
+        require("user_id", user)
+        require("memory_id", memory_id)
+        if vector is not None:
+            check_vector("vector", vector, self._require_live().model.dimension)
+        result = await self._run(
+            self._store.update_metadata,
+            tenant,
+            user,
+            memory_id,
+            set_,
+            remove,
+            vector,
+            vector_model or (self._require_live().model.name if vector is not None else ""),
+        )
+        if result is None:
+            raise NotFound(f"memory_id: no turn {memory_id!r} for this user")
+        if result[1]:
+            self._require_live().projector.notify()
+        return result
 
     async def list_turns(
         self, scope: Scope, newest_first: bool, after: Cursor | None, limit: int

@@ -235,7 +235,7 @@ class ListUsersResponse(_message.Message):
     def __init__(self, users: _Optional[_Iterable[_Union[UserStats, _Mapping]]] = ..., next: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("tenant", "user_id", "memory_id", "set", "remove")
+    __slots__ = ("tenant", "user_id", "memory_id", "set", "remove", "vector", "vector_model")
     class SetEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -248,12 +248,16 @@ class UpdateMetadataRequest(_message.Message):
     MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
     SET_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user_id: str
     memory_id: str
     set: _containers.ScalarMap[str, str]
     remove: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., memory_id: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
+    vector: bytes
+    vector_model: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., memory_id: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., remove: _Optional[_Iterable[str]] = ..., vector: _Optional[bytes] = ..., vector_model: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataResponse(_message.Message):
     __slots__ = ("record", "changed")
