@@ -600,6 +600,16 @@ def test_cli_memory_commands_end_to_end(cluster: LocalCluster, tmp_path: Path) -
     assert json.loads(got.stdout)["text"] == "I keep bees on the roof"
     missing = _hippo(cluster, "get", "--user", user, "no-such-memory")
     assert missing.returncode == 3 and "NOT_FOUND" in missing.stderr
+    changed = _hippo(cluster, "meta", "--user", user, bee, "--set", "category=hobby",
+                     "--set", "k=a=b", "--json")  # fmt: skip
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["metadata"] == {"category": "hobby", "k": "a=b"}
+    dropped = _hippo(cluster, "meta", "--user", user, bee, "--remove", "k", "--json")
+    assert json.loads(dropped.stdout)["metadata"] == {"category": "hobby"}
+    assert json.loads(_hippo(cluster, "get", "--user", user, bee, "--json").stdout)["metadata"] == {
+        "category": "hobby"
+    }
+    assert _hippo(cluster, "meta", "--user", user, bee).returncode == 2  # nothing to change
 
     sessions = _json_lines(_hippo(cluster, "sessions", "--user", user, "--json").stdout)
     assert [(s["session_id"], s["turn_count"]) for s in sessions] == [("s1", 2), ("s2", 1)]

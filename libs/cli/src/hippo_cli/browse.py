@@ -1,4 +1,5 @@
-"""`hippo list`, `hippo get`, `hippo sessions`, `hippo users`: read what is stored."""
+"""`hippo list`, `hippo get`, `hippo sessions`, `hippo users`: read what is stored;
+`hippo meta`: change a memory's metadata."""
 
 from __future__ import annotations
 
@@ -115,7 +116,11 @@ def get(settings: CliSettings, memory_id: str, user: str, as_json: bool) -> None
             )
             return reply
 
-    out = api.memory_json(api.run(call()).memory)
+    _show(api.run(call()).memory, as_json)
+
+
+def _show(memory: memory_pb2.MemoryRecord, as_json: bool) -> None:
+    out = api.memory_json(memory)
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False))
         return
@@ -124,6 +129,40 @@ def get(settings: CliSettings, memory_id: str, user: str, as_json: bool) -> None
     for key, value in sorted(out["metadata"].items()):
         click.echo(f"{'meta:':<12} {key}={value}")
     click.echo(out["text"])
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--user", required=True, help="The memory's owner.")
+@click.option(
+    "--set", "set_", multiple=True, metavar="KEY=VALUE", help="Add or replace a key (repeatable)."
+)
+@click.option("--remove", multiple=True, metavar="KEY", help="Drop a key (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the memory as JSON.")
+@click.pass_obj
+def meta(
+    settings: CliSettings,
+    memory_id: str,
+    user: str,
+    set_: tuple[str, ...],
+    remove: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Change a memory's metadata (Mem0's update; its text never changes) and show it."""
+    if not set_ and not remove:
+        raise click.UsageError("give --set KEY=VALUE or --remove KEY (or both)")
+    request = memory_pb2.UpdateMemoryMetadataRequest(
+        user_id=user, memory_id=memory_id, set=api.pairs(set_, "--set"), remove=list(remove)
+    )
+
+    async def call() -> memory_pb2.UpdateMemoryMetadataResponse:
+        async with api.gateway(settings) as stub:
+            reply: memory_pb2.UpdateMemoryMetadataResponse = await stub.UpdateMemoryMetadata(
+                request, metadata=api.metadata(settings), timeout=settings.timeout_seconds
+            )
+            return reply
+
+    _show(api.run(call()).memory, as_json)
 
 
 @click.command()

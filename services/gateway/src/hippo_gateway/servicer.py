@@ -172,6 +172,17 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         users, token = await self._listings().users(tenant, request.page_size, request.page_token)
         return convert.list_users_response(users, token)
 
+    async def UpdateMemoryMetadata(
+        self, request: memory_pb2.UpdateMemoryMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.UpdateMemoryMetadataResponse:
+        tenant = self._caller(context, "UpdateMemoryMetadata").tenant
+        updated, seq = await self._domain().update_metadata(
+            tenant, request.user_id, request.memory_id, dict(request.set), list(request.remove)
+        )
+        return memory_pb2.UpdateMemoryMetadataResponse(
+            memory=convert.record(updated), audit_seq=seq
+        )
+
     async def ExportUser(
         self, request: memory_pb2.ExportUserRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[memory_pb2.ExportUserResponse]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.client import calling
+from hippo_core.errors import NotFound
 from hippo_gateway import convert
 from hippo_gateway.adapters.embedding_model import LiveModel
 from hippo_gateway.domain.models import (
@@ -83,6 +84,34 @@ class GrpcTurnStore:
         async with calling("retrieval"):
             reply = await self._stub.Delete(request)
         return list(reply.memory_ids)
+
+    async def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vectors | None = None,
+        vector_model: str = "",
+    ) -> tuple[Memory, bool]:
+        request = retrieval_pb2.UpdateMetadataRequest(
+            tenant=tenant,
+            user_id=user,
+            memory_id=memory_id,
+            set=dict(set_),
+            remove=list(remove),
+            vector=b"" if vector is None else vector.astype("<f4").tobytes(),
+            vector_model=vector_model,
+        )
+        try:
+            async with calling("retrieval"):
+                reply = await self._stub.UpdateMetadata(request)
+        except NotFound as exc:  # forgotten since the gateway read it
+            raise NotFound(
+                f"memory_id: no memory {memory_id!r} for this user", reason="MEMORY_NOT_FOUND"
+            ) from exc
+        return convert.memory(reply.record), reply.changed
 
     async def list_memories(
         self, tenant: str, query: ListQuery, after: ListKey | None, limit: int

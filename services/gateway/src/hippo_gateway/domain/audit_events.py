@@ -1,13 +1,13 @@
 """What the gateway records in the audit log: the events, and the one builder per entry type.
 
-Every Remember, Recall, BuildContext, Chat, Forget, memory read (GetMemory, ListMemories)
-and reported outcome becomes an entry, built here by code (never by a model). The entry's
-`body` is public for the life of the log, so it holds ids, counts, scores, ranks and
-reasons, never user text; what is derived from user content (a query's fingerprint, an
-operator's note, the words of a memtok) goes in `private`, which the audit service seals
-under the user's key and which becomes unreadable when the user is forgotten. Every use
-case builds its entries through these functions, so an entry type has one shape wherever
-it is recorded.
+Every Remember, Recall, BuildContext, Chat, Forget, memory read (GetMemory,
+ListMemories), metadata change and reported outcome becomes an entry, built here by code
+(never by a model). The entry's `body` is public for the life of the log, so it holds
+ids, counts, scores, ranks and reasons, never user text; what is derived from user content
+(a query's fingerprint, an operator's note, the words of a memtok, a metadata value) goes
+in `private`, which the audit service seals under the user's key and which becomes
+unreadable when the user is forgotten. Every use case builds its entries through these
+functions, so an entry type has one shape wherever it is recorded.
 """
 
 from __future__ import annotations
@@ -115,15 +115,18 @@ def remember_event(
     return AuditEvent(tenant, "remember", user, session, tuple(memory_ids), body={"turns": turns})
 
 
-def write_failed_event(remembered: AuditEvent, error: HippoError) -> AuditEvent:
-    """Follows a `remember` recorded before a write that then failed."""
-    body = {"ref_event": remembered.event_id, "code": error.code.value, "turns": 0}
+def write_failed_event(recorded: AuditEvent, error: HippoError) -> AuditEvent:
+    """Follows a write's entry (`remember`, `metadata`) recorded before the write, which
+    then failed: `remember_failed`, `metadata_failed`."""
+    body: dict[str, Any] = {"ref_event": recorded.event_id, "code": error.code.value}
+    if recorded.event_type == "remember":
+        body["turns"] = 0
     return AuditEvent(
-        remembered.tenant,
-        "remember_failed",
-        remembered.user,
-        remembered.session,
-        remembered.memory_ids,
+        recorded.tenant,
+        f"{recorded.event_type}_failed",
+        recorded.user,
+        recorded.session,
+        recorded.memory_ids,
         body=body,
     )
 
@@ -180,6 +183,27 @@ def read_event(
 def export_event(tenant: str, user: str) -> AuditEvent:
     """An ExportUser starting: everything of the user acknowledged before it is exported."""
     return AuditEvent(tenant, "export", user, "", (), body={"format_version": 1})
+
+
+def metadata_event(
+    tenant: str,
+    memory: Memory,
+    set_: Mapping[str, str],
+    remove: Sequence[str],
+    reembedded: bool,
+) -> AuditEvent:
+    """UpdateMemoryMetadata: which keys were set and dropped on which memory (public), and
+    the values set (private: a value may be content)."""
+    body = {"set_keys": sorted(set_), "removed_keys": sorted(remove), "reembedded": reembedded}
+    return AuditEvent(
+        tenant,
+        "metadata",
+        memory.user,
+        memory.session,
+        (memory.memory_id,),
+        body=body,
+        private={"set": dict(set_)} if set_ else None,
+    )
 
 
 class SkipLike(Protocol):

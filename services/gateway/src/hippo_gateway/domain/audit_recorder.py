@@ -149,19 +149,25 @@ class AuditRecorder:
     # -- the memory use cases' records (MemoryService calls these) ------------------------
 
     async def remembering(self, event: AuditEvent, write: Callable[[], Awaitable[T]]) -> T:
-        """Remember's write with its record. fail_closed: recorded before the write (a log
-        that is down means nothing is stored); if the write then fails, a
-        `remember_failed` entry follows. Default: recorded after the write succeeded."""
+        """Remember's write with its record (as `writing`)."""
+        return (await self.writing(event, write))[0]
+
+    async def writing(
+        self, event: AuditEvent, write: Callable[[], Awaitable[T]], *, wait: bool = False
+    ) -> tuple[T, int]:
+        """A write with its record, and the record's seq (0: spooled, not yet delivered).
+        fail_closed: recorded before the write (a log that is down means nothing is
+        stored); if the write then fails, a `remember_failed` entry follows. Default:
+        recorded after the write succeeded (`wait`: as `record`)."""
         if self._config.fail_closed:
-            await self.record_now(event)
+            seq = await self.record_now(event)
             try:
-                return await write()
+                return await write(), seq
             except HippoError as exc:
                 await self.record_spooled(write_failed_event(event, exc))
                 raise
         result = await write()
-        await self.record(event)
-        return result
+        return result, await self.record(event, wait=wait)
 
     async def recalled(self, tenant: str, query: RecallQuery, result: Recalled) -> None:
         """Recall's record, before its results are returned."""

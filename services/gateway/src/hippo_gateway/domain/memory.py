@@ -1,4 +1,4 @@
-"""The memory use cases: Remember, Recall, Forget.
+"""The memory use cases: Remember, Recall, Forget, UpdateMemoryMetadata.
 
 Remember assigns each turn its id (deterministic when the caller gave a client id or an
 idempotency key, so a retry has exactly one effect), embeds the turns, and writes them
@@ -10,11 +10,12 @@ turn store, which removes from both indexes.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from hippo_core.embedding import SPEAKER, vector_text
+from hippo_core.errors import InvalidArgument, NotFound
 from hippo_gateway import metrics
 from hippo_gateway.domain import audit_events, ids, validation
 from hippo_gateway.domain.audit_recorder import AuditRecorder
@@ -211,6 +212,49 @@ class MemoryService:
             cache_entries=dropped,
             audit_key_destroyed=key_destroyed,
         )
+
+    async def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+    ) -> tuple[Memory, int]:
+        """Change one memory's metadata (never its text), audited; the memory as stored
+        and the seq of the `metadata` entry (0: spooled, not yet delivered). A change of
+        what is embedded with the text (speaker, attachment) re-embeds the turn, so
+        vector search sees the memory as a new Remember of it would."""
+        validation.check_metadata_update(user, memory_id, set_, remove)
+        found = await self._store.get(tenant, user, [memory_id])
+        if not found:
+            raise NotFound(
+                f"memory_id: no memory {memory_id!r} for this user", reason="MEMORY_NOT_FOUND"
+            )
+        current = found[0]
+        merged = {k: v for k, v in current.metadata.items() if k not in remove}
+        merged.update(set_)
+        if len(merged) > validation.MAX_METADATA:
+            raise InvalidArgument(
+                "set",
+                f"the memory would hold {len(merged)} metadata entries, "
+                f"at most {validation.MAX_METADATA}",
+            )
+        vector, model = None, ""
+        if vector_text(current.text, merged) != vector_text(current.text, current.metadata):
+            embedding = await self._embedder.embed([vector_text(current.text, merged)])
+            vector, model = embedding.vectors[0], embedding.model
+
+        def write() -> Awaitable[tuple[Memory, bool]]:
+            return self._store.update_metadata(tenant, user, memory_id, set_, remove, vector, model)
+
+        if merged == dict(current.metadata):
+            return current, 0  # nothing to change, nothing to record
+        if self._audit is None:
+            return (await write())[0], 0
+        event = audit_events.metadata_event(tenant, current, set_, remove, vector is not None)
+        (updated, _), seq = await self._audit.writing(event, write, wait=True)
+        return updated, seq
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[Memory]:
         return await self._store.get(tenant, user, memory_ids) if memory_ids else []

@@ -75,6 +75,21 @@ class TurnStore(Protocol):
         """Erase durably; returns the ids erased (absent ones are skipped)."""
         ...
 
+    async def update_metadata(
+        self,
+        tenant: str,
+        user: str,
+        memory_id: str,
+        set_: Mapping[str, str],
+        remove: Sequence[str],
+        vector: Vectors | None = None,
+        vector_model: str = "",
+    ) -> tuple[Memory, bool]:
+        """Change one memory's metadata (and its vector, given) and re-index it; the
+        memory as stored and whether anything changed. NotFound when the user has no
+        such memory."""
+        ...
+
     async def list_memories(
         self, tenant: str, query: ListQuery, after: ListKey | None, limit: int
     ) -> tuple[list[Memory], ListKey | None]:

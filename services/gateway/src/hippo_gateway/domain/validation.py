@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hippo_core.embedding import SPEAKER
 from hippo_core.errors import InvalidArgument
@@ -132,28 +132,50 @@ def check_turn(at: str, turn: TurnIn) -> None:
         )
     if turn.client_id:
         check_id(f"{at}.client_id", turn.client_id)
-    if len(turn.metadata) > MAX_METADATA:
-        raise InvalidArgument(
-            f"{at}.metadata", f"at most {MAX_METADATA} entries, got {len(turn.metadata)}"
-        )
-    for k, v in turn.metadata.items():
-        if not 1 <= _bytes(k) <= MAX_METADATA_KEY_BYTES:
-            raise InvalidArgument(
-                f"{at}.metadata", f"key {k[:80]!r} must be 1..{MAX_METADATA_KEY_BYTES} bytes"
-            )
+    check_metadata(f"{at}.metadata", turn.metadata)
+
+
+def check_metadata(field: str, metadata: Mapping[str, str]) -> None:
+    """A turn's metadata as stored: entries, key and value sizes, no NUL, the speaker."""
+    if len(metadata) > MAX_METADATA:
+        raise InvalidArgument(field, f"at most {MAX_METADATA} entries, got {len(metadata)}")
+    for k, v in metadata.items():
+        check_metadata_key(field, k)
         if _bytes(v) > MAX_METADATA_VALUE_BYTES:
             raise InvalidArgument(
-                f"{at}.metadata[{k}]",
+                f"{field}[{k}]",
                 f"{_bytes(v)} bytes exceeds the limit of {MAX_METADATA_VALUE_BYTES}",
             )
-        _no_nul(f"{at}.metadata", k)
-        _no_nul(f"{at}.metadata[{k}]", v)
-    speaker = turn.metadata.get(SPEAKER, "")
+        _no_nul(f"{field}[{k}]", v)
+    speaker = metadata.get(SPEAKER, "")
     if len(speaker) > MAX_SPEAKER_CHARS:
         raise InvalidArgument(
-            f"{at}.metadata[{SPEAKER}]",
+            f"{field}[{SPEAKER}]",
             f"at most {MAX_SPEAKER_CHARS} characters, got {len(speaker)}",
         )
+
+
+def check_metadata_key(field: str, key: str) -> None:
+    if not 1 <= _bytes(key) <= MAX_METADATA_KEY_BYTES:
+        raise InvalidArgument(field, f"key {key[:80]!r} must be 1..{MAX_METADATA_KEY_BYTES} bytes")
+    _no_nul(field, key)
+
+
+def check_metadata_update(
+    user: str, memory_id: str, set_: Mapping[str, str], remove: Sequence[str]
+) -> None:
+    """UpdateMemoryMetadata's request; the merged metadata is checked once it is known."""
+    check_id("user_id", user)
+    check_memory_id("memory_id", memory_id)
+    if not set_ and not remove:
+        raise InvalidArgument("set", "set and remove may not both be empty")
+    if len(remove) > MAX_METADATA:
+        raise InvalidArgument("remove", f"at most {MAX_METADATA} entries, got {len(remove)}")
+    for i, key in enumerate(remove):
+        check_metadata_key(f"remove[{i}]", key)
+        if key in set_:
+            raise InvalidArgument(f"remove[{i}]", f"key {key[:80]!r} is also in set")
+    check_metadata("set", set_)
 
 
 def check_recall(q: RecallQuery) -> None:
