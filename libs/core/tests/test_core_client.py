@@ -28,7 +28,8 @@ async def test_default_deadline_is_applied(harness: Harness) -> None:
         await embedding_pb2_grpc.EmbeddingServiceStub(channel).Embed(
             embedding_pb2.EmbedRequest(texts=["a"])
         )
-    assert seen[0] is not None and 1.0 < seen[0] <= 1.5
+    # grpc rounds the deadline it sends (a few ms over 1.5 s was seen here).
+    assert seen[0] is not None and 1.0 < seen[0] <= 1.55
 
 
 async def test_remaining_time_and_request_id_propagate_downstream(harness: Harness) -> None:
