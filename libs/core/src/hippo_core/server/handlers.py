@@ -38,7 +38,7 @@ def rewrap(
     decode: Callable[[Any], Any] | None = None,
 ) -> grpc.RpcMethodHandler:
     deserializer = handler.request_deserializer
-    if decode is not None and not handler.request_streaming:
+    if decode is not None:
         deserializer = decode(deserializer)
     out = handler.response_serializer
     if handler.unary_unary:

@@ -166,16 +166,20 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             log.exception("rpc_internal_error", trace_id=trace_id)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error (trace id {trace_id})")
 
-        def check(request: Any) -> None:
+        def check(request: Any) -> Any:
+            """The request, or for a client stream the stream, whose undecodable
+            messages raise INVALID_ARGUMENT where the servicer reads them."""
             if isinstance(request, Undecodable):
                 raise request.error
+            if hasattr(request, "__aiter__"):
+                return _checked_stream(request)
+            return request
 
         def unary(behavior: Unary) -> Unary:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 enter(context)
                 try:
-                    check(request)
-                    return await behavior(request, context)
+                    return await behavior(check(request), context)
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:
@@ -187,8 +191,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 enter(context)
                 try:
-                    check(request)
-                    async for item in behavior(request, context):
+                    async for item in behavior(check(request), context):
                         yield item
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
@@ -198,6 +201,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             return call
 
         return rewrap(handler, unary, streaming, decode=tolerant)
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise request.error
+        yield request
 
 
 class ConcurrencyLimitInterceptor(grpc.aio.ServerInterceptor):
