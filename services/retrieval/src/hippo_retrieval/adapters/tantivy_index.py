@@ -290,6 +290,10 @@ class TantivyIndex:
             memory_id = searcher.doc(address).get_first(MEMORY_ID)
             if isinstance(memory_id, str):
                 out.append(Candidate(memory_id=memory_id, score=float(score)))
+        # Equal scores (turns of equal length with the same matches are common) come back
+        # in index order, which depends on the commit history: by id instead, so a replica,
+        # a rebuilt index and an imported copy rank them alike.
+        out.sort(key=lambda c: (-c.score, c.memory_id))
         return out
 
     # -- internals ---------------------------------------------------------------------
