@@ -613,6 +613,9 @@ def test_cli_memory_commands_end_to_end(cluster: LocalCluster, tmp_path: Path) -
 
     sessions = _json_lines(_hippo(cluster, "sessions", "--user", user, "--json").stdout)
     assert [(s["session_id"], s["turn_count"]) for s in sessions] == [("s1", 2), ("s2", 1)]
+    # The summariser's state versions, one call for the page: s1 took two appends.
+    versions = {s["session_id"]: s["summary_version"] for s in sessions}
+    assert versions["s1"] > versions["s2"] > 0, versions
     users = _json_lines(_hippo(cluster, "users", "--json").stdout)
     assert {"user_id": user, "turn_count": 3, "session_count": 2}.items() <= next(
         u for u in users if u["user_id"] == user

@@ -308,6 +308,8 @@ def test_list_sessions_counts_and_pages(stub: Stub, user_data: dict[str, Any]) -
     assert (s2.first_time.seconds, s2.last_time.seconds) == (T0, T0 + 200)
     s1 = first.sessions[0]
     assert s1.first_time == s1.last_time  # one request's turns: one receive time
+    # This cluster keeps no bounded sessions (no summariser): no state, version 0.
+    assert (s1.summary_version, s2.summary_version) == (0, 0)
     err = refused(
         stub.ListSessions,
         memory_pb2.ListSessionsRequest(user_id=uid("other"), page_token=first.next_page_token),

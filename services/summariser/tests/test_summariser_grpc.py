@@ -65,6 +65,32 @@ def test_an_unknown_session_answers_empty_with_version_zero(
     )
 
 
+def test_session_versions_answers_a_page_of_sessions_at_once(
+    server: tuple[ServiceProcess, summariser_pb2_grpc.SummariserServiceStub],
+) -> None:
+    stub_ = server[1]
+    append(stub_, exchange(0), user="versions", session="a")
+    after = append(stub_, exchange(1), user="versions", session="b")
+    request = pb.SessionVersionsRequest(
+        tenant="acme", user_id="versions", session_ids=["a", "b", "never"]
+    )
+    versions = dict(stub_.SessionVersions(request, timeout=10).versions)
+    assert versions == {"a": get(stub_, user="versions", session="a").version, "b": after.version}
+    assert all(v > 0 for v in versions.values())
+    for bad, field in [
+        (pb.SessionVersionsRequest(tenant="acme", user_id="versions"), "session_ids"),
+        (pb.SessionVersionsRequest(user_id="versions", session_ids=["a"]), "tenant"),
+        (
+            pb.SessionVersionsRequest(tenant="acme", user_id="v", session_ids=["a"] * 1001),
+            "session_ids",
+        ),
+    ]:
+        with pytest.raises(grpc.RpcError) as err:
+            stub_.SessionVersions(bad, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith(f"{field}: ")
+
+
 @pytest.mark.parametrize(
     ("request_", "field"),
     [

@@ -208,3 +208,18 @@ def test_session_count_follows_appends_and_erasure_and_is_zero_once_closed(
     assert store.session_count() == 1
     store.close()
     assert store.session_count() == 0
+
+
+def test_versions_of_a_users_sessions_inside_tenant_and_user(stores: Stores) -> None:
+    store = stores.make()
+    store.append(A, turns("a", "b"), 1)
+    store.append(A, turns("c", start=2), 2)
+    store.append(SessionKey("acme", "u1", "s2"), turns("x"), 3)
+    store.append(SessionKey("globex", "u1", "s3"), turns("y"), 4)
+    store.append(SessionKey("acme", "u2", "s4"), turns("z"), 5)
+    asked = ["s1", "s2", "s3", "s4", "never", "s1"]
+    assert store.versions("acme", "u1", asked) == {"s1": 2, "s2": 1}
+    assert store.versions("globex", "u1", asked) == {"s3": 1}
+    assert store.versions("acme", "u3", asked) == {}
+    store.forget("acme", "u1", "s2", [])
+    assert store.versions("acme", "u1", asked) == {"s1": 2}

@@ -170,22 +170,23 @@ def meta(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @click.pass_obj
 def sessions(settings: CliSettings, user: str, as_json: bool) -> None:
-    """List a user's sessions with their turn counts and first and last activity."""
+    """List a user's sessions: turn counts, first and last activity, state version."""
     request = memory_pb2.ListSessionsRequest(user_id=user)
     found = api.run(_collect(_pages(settings, "ListSessions", request, "sessions")))
     if as_json:
         for s in found:
             click.echo(json.dumps({"session_id": s.session_id, "turn_count": s.turn_count,
                                    "first_time": api.iso(s.first_time),
-                                   "last_time": api.iso(s.last_time)}))  # fmt: skip
+                                   "last_time": api.iso(s.last_time),
+                                   "summary_version": s.summary_version}))  # fmt: skip
         return
     if not found:
         click.echo("no sessions")
         return
-    click.echo(f"{'session':<24}  {'turns':>6}  {'first':<16}  {'last':<16}")
+    click.echo(f"{'session':<24}  {'turns':>6}  {'first':<16}  {'last':<16}  {'version':>7}")
     for s in found:
         click.echo(f"{s.session_id:<24}  {s.turn_count:>6}  {api.iso(s.first_time):<16}  "
-                   f"{api.iso(s.last_time):<16}")  # fmt: skip
+                   f"{api.iso(s.last_time):<16}  {s.summary_version:>7}")  # fmt: skip
 
 
 @click.command()

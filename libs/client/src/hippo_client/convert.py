@@ -304,6 +304,7 @@ def session_info(message: pb.SessionInfo) -> types.SessionInfo:
         turn_count=message.turn_count,
         first_time=time_out(message, "first_time"),
         last_time=time_out(message, "last_time"),
+        summary_version=message.summary_version,
     )
 
 

@@ -235,6 +235,9 @@ class SessionInfo:
     turn_count: int
     first_time: datetime | None
     last_time: datetime | None
+    # The session state's version (GetSession's): it goes up whenever the window or
+    # the summary changes; 0 without state.
+    summary_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def build(settings: GatewaySettings) -> Service:
             influencer,
         )
         servicer.context = builder
-        servicer.listings = Listings(store, recorder)
+        servicer.listings = Listings(store, recorder, sessions)
         servicer.transfers = Transfers(memory, store, sessions, recorder)
         servicer.service = memory
         openai_api.chat = servicer.chat

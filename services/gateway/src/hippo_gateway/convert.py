@@ -511,6 +511,7 @@ def session_info_out(s: SessionInfo) -> memory_pb2.SessionInfo:
         turn_count=s.turns,
         first_time=_timestamp(s.first_time_us),
         last_time=_timestamp(s.last_time_us),
+        summary_version=s.summary_version,
     )
 
 

@@ -41,6 +41,7 @@ CALLERS = callers(
     {
         "Append": {"gateway"},
         "GetSession": {"gateway", OPERATOR},
+        "SessionVersions": {"gateway"},
         "Forget": {"gateway"},
         "Flush": {OPERATOR},
     },

@@ -34,6 +34,14 @@ class SummariserServicer(summariser_pb2_grpc.SummariserServiceServicer):
     ) -> pb.GetSessionResponse:
         return convert.session(await self._domain().get(convert.key(request)))
 
+    async def SessionVersions(
+        self, request: pb.SessionVersionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SessionVersionsResponse:
+        versions = await self._domain().versions(
+            request.tenant, request.user_id, list(request.session_ids)
+        )
+        return pb.SessionVersionsResponse(versions=versions)
+
     async def Forget(
         self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> pb.ForgetResponse:

@@ -24,6 +24,9 @@ class NoSessions:
     async def get(self, tenant: str, user: str, session: str) -> SessionState:
         return SessionState([], "", 0)
 
+    async def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        return {}
+
     async def forget(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> int:
@@ -51,6 +54,16 @@ class GrpcSessions:
         async with calling("summariser"):
             reply = await self._stub.GetSession(request)
         return convert.session_state(reply)
+
+    async def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        if not sessions:
+            return {}
+        request = summariser_pb2.SessionVersionsRequest(
+            tenant=tenant, user_id=user, session_ids=list(sessions)
+        )
+        async with calling("summariser"):
+            reply = await self._stub.SessionVersions(request)
+        return dict(reply.versions)
 
     async def forget(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]

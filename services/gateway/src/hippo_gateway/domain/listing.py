@@ -21,13 +21,14 @@ import binascii
 import hashlib
 import hmac
 import json
+from dataclasses import replace
 from typing import Any
 
 from hippo_core.errors import InvalidArgument, NotFound
 from hippo_gateway.domain import audit_events, validation
 from hippo_gateway.domain.audit_recorder import AuditRecorder
 from hippo_gateway.domain.models import ListKey, ListQuery, Memory, SessionInfo, UserInfo
-from hippo_gateway.domain.ports import TurnStore
+from hippo_gateway.domain.ports import Sessions, TurnStore
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 1000
@@ -49,9 +50,15 @@ class Listings:
     is recorded in the audit log as a `read` entry (as Recall is); ListSessions and
     ListUsers return ids, counts and times only, and are not (as GetSession is not)."""
 
-    def __init__(self, store: TurnStore, audit: AuditRecorder | None = None) -> None:
+    def __init__(
+        self,
+        store: TurnStore,
+        audit: AuditRecorder | None = None,
+        sessions: Sessions | None = None,
+    ) -> None:
         self._store = store
         self._audit = audit
+        self._sessions = sessions  # the summariser: each session's state version
 
     async def memories(
         self, tenant: str, query: ListQuery, size: int, token: str
@@ -105,6 +112,10 @@ class Listings:
         bound = _digest("sessions", tenant, user)
         after = _id_key(_read(token, bound)) if token else ""
         sessions, last = await self._store.list_sessions(tenant, user, after, limit)
+        if self._sessions is not None and sessions:
+            # One call per page (the summariser answers up to a page of ids at once).
+            versions = await self._sessions.versions(tenant, user, [s.session for s in sessions])
+            sessions = [replace(s, summary_version=versions.get(s.session, 0)) for s in sessions]
         return sessions, _token(last, bound) if last else ""
 
     async def users(self, tenant: str, size: int, token: str) -> tuple[list[UserInfo], str]:

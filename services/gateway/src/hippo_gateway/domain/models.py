@@ -125,6 +125,8 @@ class SessionInfo:
     turns: int
     first_time_us: int
     last_time_us: int
+    # The session state's version in the summariser (0: no state, or no summariser).
+    summary_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,10 @@ class Sessions(Protocol):
 
     async def get(self, tenant: str, user: str, session: str) -> SessionState: ...
 
+    async def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        """The state version of each session that has state (absent: none)."""
+        ...
+
     async def forget(
         self, tenant: str, user: str, session: str | None, memory_ids: Sequence[str]
     ) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby
 
 from hippo_core.errors import InvalidArgument
@@ -115,7 +115,7 @@ class Transfers:
                 if self._sessions is not None:
                     state = await self._sessions.get(tenant, user, info.session)
                     summary, version = state.summary, state.version
-                yield ExportedSession(info, summary, version)
+                yield ExportedSession(replace(info, summary_version=version), summary, version)
             sessions += len(infos)
             if not last:
                 break

@@ -146,6 +146,16 @@ class PostgresSessionStore:
     def load(self, key: SessionKey) -> Session | None:
         return self._snapshot(lambda conn: _load(conn, key))
 
+    def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        rows = self._snapshot(
+            lambda conn: conn.execute(
+                "SELECT session_id, version FROM sessions WHERE tenant = %s "
+                "AND user_id = %s AND session_id = ANY(%s)",
+                (tenant, user, list(sessions)),
+            ).fetchall()
+        )
+        return {str(s): int(v) for s, v in rows}
+
     def pending(self, budget: int) -> list[SessionKey]:
         rows = self._snapshot(
             lambda conn: conn.execute(

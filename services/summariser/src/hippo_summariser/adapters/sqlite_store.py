@@ -182,6 +182,20 @@ class SqliteSessionStore:
             finally:
                 conn.execute("COMMIT")
 
+    def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        with self._locked() as conn:
+            for chunk in hippo_sqlite.chunks(list(dict.fromkeys(sessions))):
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    conn.execute(
+                        "SELECT session_id, version FROM sessions WHERE tenant = ? "
+                        f"AND user_id = ? AND session_id IN ({marks})",
+                        (tenant, user, *chunk),
+                    ).fetchall()
+                )
+        return found
+
     def pending(self, budget: int) -> list[SessionKey]:
         with self._locked() as conn:
             rows = conn.execute(

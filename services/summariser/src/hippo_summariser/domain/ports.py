@@ -33,6 +33,10 @@ class SessionStore(Protocol):
         """The session as of one moment (never half of a concurrent commit)."""
         ...
 
+    def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        """The state version of each of the user's sessions that has state."""
+        ...
+
     def append(self, key: SessionKey, turns: Sequence[TurnIn], now_us: int) -> tuple[Session, int]:
         """Add the turns whose memory id the session does not hold yet, in one
         transaction, durable before it returns: (the session after, turns added). Appends

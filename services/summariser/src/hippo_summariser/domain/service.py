@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from hippo_core.errors import HippoError
+from hippo_core.errors import HippoError, InvalidArgument
 from hippo_summariser import metrics
 from hippo_summariser.domain import trimming, validation
 from hippo_summariser.domain.merge import Merger, now_us
@@ -35,6 +35,7 @@ from hippo_summariser.domain.validation import Limits
 log = structlog.stdlib.get_logger("hippo.summariser")
 
 FLUSH_POLL_SECONDS = 0.2
+MAX_VERSIONS = 1000  # sessions per SessionVersions call: one listing page
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,18 @@ class SummariserService:
     async def get(self, key: SessionKey) -> SessionView:
         validation.check_session(key.tenant, key.user, key.session)
         return await self._view(key)
+
+    async def versions(self, tenant: str, user: str, sessions: Sequence[str]) -> dict[str, int]:
+        """Each session's state version (absent: no state), for listings."""
+        validation.require("tenant", tenant)
+        validation.require("user_id", user)
+        if not 1 <= len(sessions) <= MAX_VERSIONS:
+            raise InvalidArgument(
+                "session_ids", f"must hold 1..{MAX_VERSIONS} ids, got {len(sessions)}"
+            )
+        for i, session in enumerate(sessions):
+            validation.require(f"session_ids[{i}]", session)
+        return await asyncio.to_thread(self._store.versions, tenant, user, sessions)
 
     async def flush(self, key: SessionKey, time_remaining: float | None) -> SessionView:
         """Wait for the session's merges until just before the caller's deadline (a margin

@@ -505,16 +505,18 @@ class ListSessionsRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("session_id", "turn_count", "first_time", "last_time")
+    __slots__ = ("session_id", "turn_count", "first_time", "last_time", "summary_version")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_VERSION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_count: int
     first_time: _timestamp_pb2.Timestamp
     last_time: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    summary_version: int
+    def __init__(self, session_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_version: _Optional[int] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")

@@ -25,13 +25,15 @@ _sym_db = _symbol_database.Default()
 from hippo.memory.v1 import memory_pb2 as hippo_dot_memory_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$hippo/summariser/v1/summariser.proto\x12\x13hippo.summariser.v1\x1a\x1chippo/memory/v1/memory.proto\"\x85\x01\n\x0bSessionTurn\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.hippo.memory.v1.Role\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07time_us\x18\x04 \x01(\x03\x12\x0f\n\x07speaker\x18\x05 \x01(\t\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\"u\n\rAppendRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12/\n\x05turns\x18\x04 \x03(\x0b\x32 .hippo.summariser.v1.SessionTurn\"J\n\x0e\x41ppendResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x10\n\x08\x61ppended\x18\x02 \x01(\x05\x12\x15\n\rmerge_pending\x18\x03 \x01(\x08\"H\n\x11GetSessionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xbc\x02\n\x12GetSessionResponse\x12\x30\n\x06window\x18\x01 \x03(\x0b\x32 .hippo.summariser.v1.SessionTurn\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x15\n\rwindow_tokens\x18\x04 \x01(\x05\x12\x16\n\x0esummary_tokens\x18\x05 \x01(\x05\x12\x13\n\x0bturns_total\x18\x06 \x01(\x03\x12\x12\n\nupdated_us\x18\x07 \x01(\x03\x12\x15\n\rmerge_pending\x18\x08 \x01(\x08\x12\x15\n\rwindow_budget\x18\t \x01(\x05\x12\x34\n\x0bmerge_stats\x18\n \x01(\x0b\x32\x1f.hippo.summariser.v1.MergeStats\x12\x16\n\x0esummary_budget\x18\x0b \x01(\x05\"\xb7\x01\n\nMergeStats\x12\x0e\n\x06merges\x18\x01 \x01(\x03\x12\x14\n\x0cturns_merged\x18\x02 \x01(\x03\x12\r\n\x05\x66\x61\x63ts\x18\x03 \x01(\x03\x12\x16\n\x0e\x66\x61\x63ts_kept_llm\x18\x04 \x01(\x03\x12\x12\n\nfacts_kept\x18\x05 \x01(\x03\x12\x1a\n\x12last_retention_llm\x18\x06 \x01(\x01\x12\x16\n\x0elast_retention\x18\x07 \x01(\x01\x12\x14\n\x0cllm_failures\x18\x08 \x01(\x03\"X\n\rForgetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmemory_ids\x18\x04 \x03(\t\"[\n\x0e\x46orgetResponse\x12\x18\n\x10sessions_deleted\x18\x01 \x01(\x03\x12\x15\n\rturns_removed\x18\x02 \x01(\x03\x12\x18\n\x10summaries_erased\x18\x03 \x01(\x03\"C\n\x0c\x46lushRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"I\n\rFlushResponse\x12\x38\n\x07session\x18\x01 \x01(\x0b\x32\'.hippo.summariser.v1.GetSessionResponse2\xe8\x02\n\x11SummariserService\x12Q\n\x06\x41ppend\x12\".hippo.summariser.v1.AppendRequest\x1a#.hippo.summariser.v1.AppendResponse\x12]\n\nGetSession\x12&.hippo.summariser.v1.GetSessionRequest\x1a\'.hippo.summariser.v1.GetSessionResponse\x12Q\n\x06\x46orget\x12\".hippo.summariser.v1.ForgetRequest\x1a#.hippo.summariser.v1.ForgetResponse\x12N\n\x05\x46lush\x12!.hippo.summariser.v1.FlushRequest\x1a\".hippo.summariser.v1.FlushResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$hippo/summariser/v1/summariser.proto\x12\x13hippo.summariser.v1\x1a\x1chippo/memory/v1/memory.proto\"\x85\x01\n\x0bSessionTurn\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.hippo.memory.v1.Role\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07time_us\x18\x04 \x01(\x03\x12\x0f\n\x07speaker\x18\x05 \x01(\t\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\"u\n\rAppendRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12/\n\x05turns\x18\x04 \x03(\x0b\x32 .hippo.summariser.v1.SessionTurn\"J\n\x0e\x41ppendResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x10\n\x08\x61ppended\x18\x02 \x01(\x05\x12\x15\n\rmerge_pending\x18\x03 \x01(\x08\"H\n\x11GetSessionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"N\n\x16SessionVersionsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\"\x98\x01\n\x17SessionVersionsResponse\x12L\n\x08versions\x18\x01 \x03(\x0b\x32:.hippo.summariser.v1.SessionVersionsResponse.VersionsEntry\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xbc\x02\n\x12GetSessionResponse\x12\x30\n\x06window\x18\x01 \x03(\x0b\x32 .hippo.summariser.v1.SessionTurn\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x15\n\rwindow_tokens\x18\x04 \x01(\x05\x12\x16\n\x0esummary_tokens\x18\x05 \x01(\x05\x12\x13\n\x0bturns_total\x18\x06 \x01(\x03\x12\x12\n\nupdated_us\x18\x07 \x01(\x03\x12\x15\n\rmerge_pending\x18\x08 \x01(\x08\x12\x15\n\rwindow_budget\x18\t \x01(\x05\x12\x34\n\x0bmerge_stats\x18\n \x01(\x0b\x32\x1f.hippo.summariser.v1.MergeStats\x12\x16\n\x0esummary_budget\x18\x0b \x01(\x05\"\xb7\x01\n\nMergeStats\x12\x0e\n\x06merges\x18\x01 \x01(\x03\x12\x14\n\x0cturns_merged\x18\x02 \x01(\x03\x12\r\n\x05\x66\x61\x63ts\x18\x03 \x01(\x03\x12\x16\n\x0e\x66\x61\x63ts_kept_llm\x18\x04 \x01(\x03\x12\x12\n\nfacts_kept\x18\x05 \x01(\x03\x12\x1a\n\x12last_retention_llm\x18\x06 \x01(\x01\x12\x16\n\x0elast_retention\x18\x07 \x01(\x01\x12\x14\n\x0cllm_failures\x18\x08 \x01(\x03\"X\n\rForgetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmemory_ids\x18\x04 \x03(\t\"[\n\x0e\x46orgetResponse\x12\x18\n\x10sessions_deleted\x18\x01 \x01(\x03\x12\x15\n\rturns_removed\x18\x02 \x01(\x03\x12\x18\n\x10summaries_erased\x18\x03 \x01(\x03\"C\n\x0c\x46lushRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"I\n\rFlushResponse\x12\x38\n\x07session\x18\x01 \x01(\x0b\x32\'.hippo.summariser.v1.GetSessionResponse2\xd6\x03\n\x11SummariserService\x12Q\n\x06\x41ppend\x12\".hippo.summariser.v1.AppendRequest\x1a#.hippo.summariser.v1.AppendResponse\x12]\n\nGetSession\x12&.hippo.summariser.v1.GetSessionRequest\x1a\'.hippo.summariser.v1.GetSessionResponse\x12l\n\x0fSessionVersions\x12+.hippo.summariser.v1.SessionVersionsRequest\x1a,.hippo.summariser.v1.SessionVersionsResponse\x12Q\n\x06\x46orget\x12\".hippo.summariser.v1.ForgetRequest\x1a#.hippo.summariser.v1.ForgetResponse\x12N\n\x05\x46lush\x12!.hippo.summariser.v1.FlushRequest\x1a\".hippo.summariser.v1.FlushResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hippo.summariser.v1.summariser_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_SESSIONVERSIONSRESPONSE_VERSIONSENTRY']._loaded_options = None
+  _globals['_SESSIONVERSIONSRESPONSE_VERSIONSENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONTURN']._serialized_start=92
   _globals['_SESSIONTURN']._serialized_end=225
   _globals['_APPENDREQUEST']._serialized_start=227
@@ -40,18 +42,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPENDRESPONSE']._serialized_end=420
   _globals['_GETSESSIONREQUEST']._serialized_start=422
   _globals['_GETSESSIONREQUEST']._serialized_end=494
-  _globals['_GETSESSIONRESPONSE']._serialized_start=497
-  _globals['_GETSESSIONRESPONSE']._serialized_end=813
-  _globals['_MERGESTATS']._serialized_start=816
-  _globals['_MERGESTATS']._serialized_end=999
-  _globals['_FORGETREQUEST']._serialized_start=1001
-  _globals['_FORGETREQUEST']._serialized_end=1089
-  _globals['_FORGETRESPONSE']._serialized_start=1091
-  _globals['_FORGETRESPONSE']._serialized_end=1182
-  _globals['_FLUSHREQUEST']._serialized_start=1184
-  _globals['_FLUSHREQUEST']._serialized_end=1251
-  _globals['_FLUSHRESPONSE']._serialized_start=1253
-  _globals['_FLUSHRESPONSE']._serialized_end=1326
-  _globals['_SUMMARISERSERVICE']._serialized_start=1329
-  _globals['_SUMMARISERSERVICE']._serialized_end=1689
+  _globals['_SESSIONVERSIONSREQUEST']._serialized_start=496
+  _globals['_SESSIONVERSIONSREQUEST']._serialized_end=574
+  _globals['_SESSIONVERSIONSRESPONSE']._serialized_start=577
+  _globals['_SESSIONVERSIONSRESPONSE']._serialized_end=729
+  _globals['_SESSIONVERSIONSRESPONSE_VERSIONSENTRY']._serialized_start=682
+  _globals['_SESSIONVERSIONSRESPONSE_VERSIONSENTRY']._serialized_end=729
+  _globals['_GETSESSIONRESPONSE']._serialized_start=732
+  _globals['_GETSESSIONRESPONSE']._serialized_end=1048
+  _globals['_MERGESTATS']._serialized_start=1051
+  _globals['_MERGESTATS']._serialized_end=1234
+  _globals['_FORGETREQUEST']._serialized_start=1236
+  _globals['_FORGETREQUEST']._serialized_end=1324
+  _globals['_FORGETRESPONSE']._serialized_start=1326
+  _globals['_FORGETRESPONSE']._serialized_end=1417
+  _globals['_FLUSHREQUEST']._serialized_start=1419
+  _globals['_FLUSHREQUEST']._serialized_end=1486
+  _globals['_FLUSHRESPONSE']._serialized_start=1488
+  _globals['_FLUSHRESPONSE']._serialized_end=1561
+  _globals['_SUMMARISERSERVICE']._serialized_start=1564
+  _globals['_SUMMARISERSERVICE']._serialized_end=2034
 # @@protoc_insertion_point(module_scope)

@@ -55,6 +55,29 @@ class GetSessionRequest(_message.Message):
     session_id: str
     def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
+class SessionVersionsRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "session_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SessionVersionsResponse(_message.Message):
+    __slots__ = ("versions",)
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.ScalarMap[str, int]
+    def __init__(self, versions: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
 class GetSessionResponse(_message.Message):
     __slots__ = ("window", "summary", "version", "window_tokens", "summary_tokens", "turns_total", "updated_us", "merge_pending", "window_budget", "merge_stats", "summary_budget")
     WINDOW_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class SummariserServiceStub:
                 request_serializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.SessionVersions = channel.unary_unary(
+                '/hippo.summariser.v1.SummariserService/SessionVersions',
+                request_serializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsRequest.SerializeToString,
+                response_deserializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsResponse.FromString,
+                _registered_method=True)
         self.Forget = channel.unary_unary(
                 '/hippo.summariser.v1.SummariserService/Forget',
                 request_serializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.ForgetRequest.SerializeToString,
@@ -78,6 +83,14 @@ class SummariserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SessionVersions(self, request, context):
+        """SessionVersions returns the state versions of up to 1000 of a user's sessions at
+        once (GetSessionResponse.version; 0 for a session with no state), for listings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Forget(self, request, context):
         """Forget erases memories, a session, or all sessions of a user. A summary that was
         built from an erased turn is erased too (a merged text cannot be un-merged).
@@ -106,6 +119,11 @@ def add_SummariserServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionRequest.FromString,
                     response_serializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'SessionVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.SessionVersions,
+                    request_deserializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsRequest.FromString,
+                    response_serializer=hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsResponse.SerializeToString,
             ),
             'Forget': grpc.unary_unary_rpc_method_handler(
                     servicer.Forget,
@@ -173,6 +191,33 @@ class SummariserService:
             '/hippo.summariser.v1.SummariserService/GetSession',
             hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionRequest.SerializeToString,
             hippo_dot_summariser_dot_v1_dot_summariser__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SessionVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hippo.summariser.v1.SummariserService/SessionVersions',
+            hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsRequest.SerializeToString,
+            hippo_dot_summariser_dot_v1_dot_summariser__pb2.SessionVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
