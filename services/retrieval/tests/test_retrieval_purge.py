@@ -121,7 +121,8 @@ async def test_an_erased_turn_leaves_the_index_files_within_the_purge_delay(
         # What was not erased is still found, by words and by vector.
         scope = Scope("t1", "u1")
         lexical = await service.search(scope, "ordinary note number 7", None, Mode.LEXICAL, 3)
-        assert lexical.hits and lexical.hits[0].turn.memory_id == kept[7].memory_id
+        # kept[8]'s document quotes kept[7] (the previous turn): the two score alike.
+        assert kept[7].memory_id in [h.turn.memory_id for h in lexical.hits[:2]]
         semantic = await service.search(scope, "", unit(3), Mode.SEMANTIC, 1)
         assert semantic.hits[0].turn.memory_id == kept[3].memory_id
         other_hits = await service.search(Scope("t1", "u2"), CANARY, None, Mode.LEXICAL, 3)

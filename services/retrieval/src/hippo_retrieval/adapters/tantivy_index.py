@@ -285,15 +285,20 @@ class TantivyIndex:
         searcher = self._index.searcher()
         limit = min(limit, max(1, searcher.num_docs))
         hits = searcher.search(full, limit).hits
-        out: list[Candidate] = []
+        ranked: list[tuple[float, int, str]] = []
         for score, address in hits:
-            memory_id = searcher.doc(address).get_first(MEMORY_ID)
+            doc = searcher.doc(address)
+            memory_id, time_us = doc.get_first(MEMORY_ID), doc.get_first(TIME)
             if isinstance(memory_id, str):
-                out.append(Candidate(memory_id=memory_id, score=float(score)))
-        # Equal scores (turns of equal length with the same matches are common) come back
-        # in index order, which depends on the commit history: by id instead, so a replica,
-        # a rebuilt index and an imported copy rank them alike.
-        out.sort(key=lambda c: (-c.score, c.memory_id))
+                ranked.append(
+                    (-float(score), time_us if isinstance(time_us, int) else 0, memory_id)
+                )
+        # Equal scores come back in index order, which depends on the commit history: the
+        # earlier turn first instead (a turn and the next one, whose document quotes it,
+        # score alike), then by id, so a replica, a rebuilt index and an imported copy
+        # rank them alike.
+        ranked.sort()
+        out = [Candidate(memory_id=m, score=-negative) for negative, _, m in ranked]
         return out
 
     # -- internals ---------------------------------------------------------------------
