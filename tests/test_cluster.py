@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -686,3 +687,21 @@ def test_cli_exit_codes_usage_server_and_a_hint_when_nothing_answers(
     assert "hint:" in down.stderr and "--gateway" in down.stderr
     wrong = _hippo(cluster, "--api-key", "not-a-key", "users")
     assert wrong.returncode == 3 and "UNAUTHENTICATED" in wrong.stderr
+
+
+def test_the_buf_curl_examples_of_the_mem0_page_run(cluster: LocalCluster) -> None:
+    """docs/coming-from-mem0-zep.md's calls without the SDK, as written, against the
+    cluster (its address for the documented one): Remember, Recall, ListMemories and
+    ExportUser over server reflection."""
+    doc = (BIN.parent.parent / "docs" / "coming-from-mem0-zep.md").read_text()
+    found = re.search(r"## Without the SDK.*?```sh\n(.*?)```", doc, flags=re.DOTALL)
+    assert found, "the page has no buf curl block"
+    script = found.group(1).replace("127.0.0.1:50051", cluster.gateway)
+    script = script.replace(".venv/bin/buf", str(BIN / "buf"))
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert '"memoryIds"' in run.stdout  # Remember
+    assert run.stdout.count("I am allergic to nuts") >= 3  # Recall, ListMemories, the export
+    assert '"header"' in run.stdout and '"footer"' in run.stdout  # ExportUser's stream
