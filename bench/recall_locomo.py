@@ -28,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from informal import informal
+
 from hippo.memory.v1 import memory_pb2
 from hippo_cli import api, locomo
 from hippo_cli.cluster import local_cluster
@@ -39,6 +41,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 KS = (1, 5, 10, 20, 25)
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7}
 MODES = ("lexical", "semantic", "hybrid")
+INFORMAL_MODES = ("lexical informal", "hybrid informal")  # --informal: typo-laden rewrites
 OUT = ROOT / "bench" / "out"
 
 
@@ -58,8 +61,11 @@ async def ask_all(
     prefix: str,
     mode: str,
     top_k: int,
+    informal_seed: int | None = None,
 ) -> tuple[Answers, list[float]]:
-    """Every question with evidence, asked one at a time (so latency is per call)."""
+    """Every question with evidence, asked one at a time (so latency is per call);
+    `informal_seed`: each question as bench/informal.py rewrites it (typos, chat
+    spellings) instead."""
     answers: Answers = []
     latencies: list[float] = []
     async with api.gateway(settings) as stub:
@@ -67,9 +73,12 @@ async def ask_all(
             for q in conv.questions:
                 if not q.evidence:
                     continue
+                question = (
+                    q.question if informal_seed is None else informal(q.question, informal_seed)
+                )
                 request = memory_pb2.RecallRequest(
                     scope=memory_pb2.Scope(user_id=f"{prefix}{conv.sample_id}"),
-                    query=q.question,
+                    query=question,
                     mode=api.MODES[mode],
                     top_k=top_k,
                 )
@@ -106,7 +115,7 @@ def table(results: dict[str, Any], counts: dict[str, int]) -> str:
     head = "| mode | group | n | " + " | ".join(f"R@{k}" for k in KS) + " |"
     lines = [head, "|" + "---|" * (3 + len(KS))]
     order = ["1-4", "all", "1", "2", "3", "4", "5"]
-    for mode in MODES:
+    for mode in [m for m in (*MODES, *INFORMAL_MODES) if m in results]:
         per_conv = sorted(g for g in results[mode] if ":" in g) if mode == "hybrid" else []
         for group in order + per_conv:
             if group not in results[mode]:
@@ -138,7 +147,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-async def measure(settings: CliSettings, data: Path, top_k: int) -> dict[str, Any]:
+async def measure(
+    settings: CliSettings, data: Path, top_k: int, informal_seed: int | None = None
+) -> dict[str, Any]:
     conversations = locomo.load(data)
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"  # never collides with an earlier run's users
     turns = sum(len(c.turns) for c in conversations)
@@ -167,6 +178,16 @@ async def measure(settings: CliSettings, data: Path, top_k: int) -> dict[str, An
             if q.category in (1, 2, 3, 4):
                 counts["1-4"] += 1
                 counts[f"{conv}:1-4"] += 1
+    if informal_seed is not None:
+        for mode in INFORMAL_MODES:
+            answers, seconds = await ask_all(
+                settings, conversations, prefix, mode.split()[0], top_k, informal_seed
+            )
+            results[mode] = summarise(answers)
+            latency[mode] = {
+                "p50_ms": 1000 * percentile(seconds, 50),
+                "p95_ms": 1000 * percentile(seconds, 95),
+            }
     dropped = sum(1 for c in conversations for q in c.questions if not q.evidence)
     return {
         "data": str(data),
@@ -196,6 +217,12 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="a setting for the private cluster, e.g. HIPPO_RETRIEVAL_RRF_K=5 (repeatable)",
     )
+    parser.add_argument(
+        "--informal",
+        type=int,
+        metavar="SEED",
+        help="also ask every question rewritten informally, with typos (bench/informal.py)",
+    )
     args = parser.parse_args()
     # Every Recall pays for its query's embedding: the questions repeat across modes, and
     # with the cache on the later modes would look faster than they are.
@@ -208,13 +235,13 @@ def main() -> int:
         settings = CliSettings(
             gateway_addr=args.gateway, api_key=args.api_key or "", timeout_seconds=30
         )
-        report = asyncio.run(measure(settings, args.data, args.top_k))
+        report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
     else:
         with tempfile.TemporaryDirectory(prefix="hippo-bench-") as tmp:
             print("starting a private cluster ...", file=sys.stderr)
             with local_cluster(Path(tmp), extra_env) as cluster:
                 settings = CliSettings(gateway_addr=cluster.gateway, timeout_seconds=30)
-                report = asyncio.run(measure(settings, args.data, args.top_k))
+                report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
 
     report["settings"] = extra_env
     print(f"\nLoCoMo evidence recall@k (%): {report['data']} {extra_env or ''}")

@@ -17,6 +17,7 @@ from hippo_retrieval.domain.models import (
     Change,
     Deletion,
     NewTurn,
+    Place,
     Scope,
     StoredTurn,
     Vector,
@@ -116,12 +117,12 @@ class MemoryStore:
                 out[t.memory_id] = max(before, key=lambda o: o.position)
         return out
 
-    def locate(
-        self, tenant: str, user: str, memory_ids: Sequence[str]
-    ) -> dict[str, tuple[str, int]]:
+    def locate(self, tenant: str, user: str, memory_ids: Sequence[str]) -> dict[str, Place]:
         found = (self.turns.get((tenant, m)) for m in memory_ids)
         return {
-            t.memory_id: (t.session, t.position) for t in found if t is not None and t.user == user
+            t.memory_id: Place(t.session, t.position, t.metadata.get("speaker", ""))
+            for t in found
+            if t is not None and t.user == user
         }
 
     def last_seq(self) -> int:

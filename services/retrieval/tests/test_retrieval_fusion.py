@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippo_retrieval.domain.fusion import fuse, neighbour_boost, rrf
-from hippo_retrieval.domain.models import Candidate
+from hippo_retrieval.domain.fusion import fuse, named_speaker, neighbour_boost, rrf
+from hippo_retrieval.domain.models import Candidate, Place
 
 
 def _c(*ids: str) -> list[Candidate]:
@@ -57,7 +57,7 @@ def test_fusion_properties(lists: dict[str, list[str]]) -> None:
 
 def test_neighbour_boost_lifts_the_turn_next_to_a_strong_match() -> None:
     hits = rrf({"lexical": [Candidate("q", 9.0), Candidate("far", 5.0), Candidate("a", 1.0)]})
-    places = {"q": ("s1", 4), "a": ("s1", 5), "far": ("s2", 1)}
+    places = {"q": Place("s1", 4), "a": Place("s1", 5), "far": Place("s2", 1)}
     boosted = neighbour_boost(hits, places, 0.5)
     score = {h.memory_id: h.fused_score for h in boosted}
     assert score["a"] == pytest.approx(1 / 63 + 0.5 / 61)  # its neighbour q ranked first
@@ -85,7 +85,7 @@ _lists = st.lists(
     w=st.one_of(st.sampled_from([1.0, 1.5, 2.0]), st.floats(0.1, 3)),
     limit=st.integers(1, 20),
     boost=st.sampled_from([0.0, 0.5, 1.5]),
-    where=st.dictionaries(_ids, st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 6))),
+    where=st.dictionaries(_ids, st.builds(Place, st.sampled_from(["s1", "s2"]), st.integers(0, 6))),
 )
 def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
     lexical: list[Candidate],
@@ -94,7 +94,7 @@ def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
     w: float,
     limit: int,
     boost: float,
-    where: dict[str, tuple[str, int]],
+    where: dict[str, Place],
 ) -> None:
     """The search path's one-pass fusion gives exactly what the reference functions give:
     the same hits, scores, ranks, per-retriever scores and order (ties included)."""
@@ -103,13 +103,13 @@ def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
     places = {m: p for m, p in where.items()}  # one place per id, as the store has
     by_place: dict[tuple[str, int], str] = {}
     for m, p in list(places.items()):
-        if p in by_place:
+        if (p.session, p.position) in by_place:
             del places[m]  # two turns never share a session position
         else:
-            by_place[p] = m
+            by_place[p.session, p.position] = m
     asked: list[list[str]] = []
 
-    def locate(ids: list[str]) -> dict[str, tuple[str, int]]:
+    def locate(ids: list[str]) -> dict[str, Place]:
         asked.append(ids)
         return {m: places[m] for m in ids if m in places}
 
@@ -118,3 +118,45 @@ def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
     assert got == expected
     if boost == 0:
         assert asked == []  # no boost, no store read
+
+
+def test_the_speaker_step_lifts_the_named_speakers_turns() -> None:
+    lists = {
+        "lexical": [Candidate("mel1", 3.0), Candidate("car1", 2.0), Candidate("car2", 1.0)],
+    }
+    where = {
+        "mel1": Place("s1", 1, "Melanie"),
+        "car1": Place("s2", 1, "Caroline"),
+        "car2": Place("s3", 1, "Caroline"),
+    }
+
+    def locate(ids: list[str]) -> dict[str, Place]:
+        return {m: where[m] for m in ids}
+
+    def ranked(query: str, weight: float = 1.0) -> list[str]:
+        hits = fuse(
+            lists, k=5, weights=None, limit=3, places=locate, query=query, speaker_weight=weight
+        )
+        return [h.memory_id for h in hits]
+
+    # 1/6, 1/7, 1/8 before; Caroline's two turns doubled: 2/7 and 2/8 pass 1/6.
+    assert ranked("what did caroline research?") == ["car1", "car2", "mel1"]
+    assert ranked("wat did carline reserch") == ["car1", "car2", "mel1"]  # one slip
+    assert ranked("what did caroline research?", weight=0.0) == ["mel1", "car1", "car2"]
+    # Both named, or nobody: no speaker is favoured.
+    assert ranked("what do Caroline and Melanie share?") == ["mel1", "car1", "car2"]
+    assert ranked("what did she research?") == ["mel1", "car1", "car2"]
+
+
+def test_named_speaker_matches_whole_names() -> None:
+    speakers = {"Caroline", "Mel", "Dr. Ana Smith", ""}
+    assert named_speaker("When did Caroline go?", speakers) == "Caroline"
+    assert named_speaker("when did carolin go", speakers) == "Caroline"  # dropped letter
+    assert named_speaker("when did carloine go", speakers) == "Caroline"  # swapped pair
+    assert named_speaker("the carolina trip", speakers) == "Caroline"  # one letter off
+    assert named_speaker("where did mel go", speakers) == "Mel"
+    assert named_speaker("where did melt go", speakers) is None  # short names: exact only
+    assert named_speaker("dr. smith's advice", speakers) == "Dr. Ana Smith"  # any name
+    assert named_speaker("what did ana say", speakers) == "Dr. Ana Smith"
+    assert named_speaker("caroline and mel", speakers) is None
+    assert named_speaker("anyone", speakers) is None

@@ -523,3 +523,41 @@ def test_metadata_filters_are_exact_terms_and_leave_the_score(index: TantivyInde
     assert found(("agent_id", "Chef")) == {}
     # The applied_seq document is in the same field: nothing can match it.
     assert found(("applied", "seq")) == {} and index.applied_seq() == 3
+
+
+# -- typo repair ---------------------------------------------------------------------------
+
+TYPO_TURNS = [
+    "I went to the support group for the first time yesterday",
+    "Caroline researched adoption agencies all week",
+    "we went camping by the lake with the kids",
+    "the pottery class was relaxing",
+]
+
+
+def test_typo_repair_finds_the_word_a_slip_away(tmp_path: Path) -> None:
+    plain, repairing = TantivyIndex(tmp_path / "a"), TantivyIndex(tmp_path / "b", typos=True)
+    try:
+        for ix in (plain, repairing):
+            load(ix, [turn(i + 1, t) for i, t in enumerate(TYPO_TURNS)])
+        first = turn(1, TYPO_TURNS[0]).memory_id
+        second = turn(2, TYPO_TURNS[1]).memory_id
+        # A dropped letter, a swapped pair, a neighbouring key: no document holds them.
+        assert plain.search(SCOPE, "reserch adopton", 10) == []
+        assert ids(repairing.search(SCOPE, "reserch adopton", 10)) == [second]
+        assert ids(repairing.search(SCOPE, "suport gorup", 10))[:1] == [first]
+        # A word typed right is searched as typed: the repair never adds other words.
+        assert ids(repairing.search(SCOPE, "camping", 10)) == ids(
+            plain.search(SCOPE, "camping", 10)
+        )
+        # Words under 4 letters are not guessed at (too many neighbours: "lak" is one
+        # letter from "lake"), nor is a word two slips away.
+        assert repairing.search(SCOPE, "lak", 10) == []
+        assert ids(repairing.search(SCOPE, "lakz", 10)) == [turn(3, TYPO_TURNS[2]).memory_id]
+        assert repairing.search(SCOPE, "potteeyr", 10) == []
+        # The repaired terms are weighted below the word typed right.
+        both = repairing.search(SCOPE, "pottery reserch", 10)
+        assert ids(both)[0] == turn(4, TYPO_TURNS[3]).memory_id
+    finally:
+        plain.close()
+        repairing.close()

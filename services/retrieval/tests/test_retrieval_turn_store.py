@@ -1120,3 +1120,18 @@ def test_update_metadata_changes_one_turn_and_touches_it_in_the_feed(store: Stor
     assert store.update_metadata("t1", "u2", first.memory_id, {"a": "b"}, []) is None
     assert store.update_metadata("t2", "u1", first.memory_id, {"a": "b"}, []) is None
     assert dict(store.get("t1", "u1", [other.memory_id])[0].metadata) == {}
+
+
+def test_locate_gives_session_position_and_speaker(store: Store) -> None:
+    a = _turn(0, metadata={"speaker": "Caroline"})
+    b = _turn(1)
+    c = _turn(2, metadata={"speaker": "Ünal"})
+    store.append([a, b, c])
+    where = store.locate("t1", "u1", [c.memory_id, a.memory_id, b.memory_id, "absent"])
+    assert set(where) == {a.memory_id, b.memory_id, c.memory_id}
+    assert where[a.memory_id].speaker == "Caroline" and where[c.memory_id].speaker == "Ünal"
+    assert where[b.memory_id].speaker == ""  # no speaker in its metadata
+    positions = [where[t.memory_id].position for t in (a, b, c)]
+    assert positions == sorted(positions) and len(set(positions)) == 3
+    assert {p.session for p in where.values()} == {"s1"}
+    assert store.locate("t1", "u2", [a.memory_id]) == {}  # another user's: absent

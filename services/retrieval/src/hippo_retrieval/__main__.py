@@ -95,13 +95,14 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         release = _both(release, embedder.close)
     service = RetrievalService(
         store,
-        LocalIndexSet(root, server=server, lease=lease),
+        LocalIndexSet(root, server=server, lease=lease, typos=settings.typo_repair),
         fusion=FusionConfig(
             k=settings.rrf_k,
             weights={LEXICAL: settings.lexical_weight, SEMANTIC: settings.semantic_weight},
             candidates=settings.candidates,
             max_top_k=settings.max_top_k,
             neighbour_weight=settings.neighbour_weight,
+            speaker_weight=settings.speaker_weight,
         ),
         projection=ProjectionConfig(
             settings.commit_interval_seconds,

@@ -115,6 +115,19 @@ class RetrievalSettings(ServiceSettings):
         "score of the turns right before/after it in its session (among the candidates). "
         "0 turns it off.",
     )
+    speaker_weight: float = Field(
+        0.3,
+        ge=0,
+        le=2,
+        description="HYBRID only: when the query names exactly one speaker of the candidates "
+        "(metadata `speaker`, by first name), that speaker's turns' scores are multiplied "
+        "by 1 + this. 0 turns it off (docs/recall.md).",
+    )
+    typo_repair: bool = Field(
+        True,
+        description="BM25: a query word of 4+ letters that no stored turn holds is searched "
+        "as the words one typing slip away that turns do hold (docs/recall.md).",
+    )
     candidates: int = Field(
         100,
         ge=1,

@@ -98,6 +98,7 @@ class LocalIndexSet:
         *,
         server: QdrantServer | None = None,
         lease: WriterLease | None = None,
+        typos: bool = False,
     ) -> None:
         if lease is not None and server is None:
             raise ValueError("a shared vector index needs a Qdrant server")
@@ -106,6 +107,7 @@ class LocalIndexSet:
         self._server = server
         self._lease = lease
         self._shared: LeasedVectorIndex | None = None
+        self._typos = typos  # the lexical index repairs query typos (TantivyIndex)
 
     @property
     def vector_backend(self) -> str:
@@ -156,7 +158,7 @@ class LocalIndexSet:
 
     def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
         folder = self._dir(generation)
-        lexical = TantivyIndex(folder / "lexical")
+        lexical = TantivyIndex(folder / "lexical", typos=self._typos)
         try:
             vectors: VectorIndex
             if self._server is None:

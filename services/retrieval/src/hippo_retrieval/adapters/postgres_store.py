@@ -65,6 +65,7 @@ from hippo_retrieval.domain.models import (
     Change,
     Cursor,
     NewTurn,
+    Place,
     Scope,
     SessionStats,
     StoredTurn,
@@ -369,20 +370,18 @@ class PostgresTurnStore:
             ).fetchall()
         return {str(row[0]): from_row(row[1:]) for row in rows}
 
-    def locate(
-        self, tenant: str, user: str, memory_ids: Sequence[str]
-    ) -> dict[str, tuple[str, int]]:
+    def locate(self, tenant: str, user: str, memory_ids: Sequence[str]) -> dict[str, Place]:
         wanted = [i for i in dict.fromkeys(memory_ids) if _storable(i)]
         if not wanted or not _storable(tenant, user):
             return {}
         self._check_open()
         with self._db.transaction(WHAT) as conn:
             rows = conn.execute(
-                "SELECT memory_id, session_id, position FROM turns "
-                "WHERE tenant = %s AND user_id = %s AND memory_id = ANY(%s)",
+                "SELECT memory_id, session_id, position, metadata::jsonb ->> 'speaker' "
+                "FROM turns WHERE tenant = %s AND user_id = %s AND memory_id = ANY(%s)",
                 (tenant, user, wanted),
             ).fetchall()
-        return {str(m): (str(s), int(p)) for m, s, p in rows}
+        return {str(m): Place(str(s), int(p), str(sp or "")) for m, s, p, sp in rows}
 
     def delete(
         self, tenant: str, user: str, *, session: str | None = None, memory_ids: Sequence[str] = ()

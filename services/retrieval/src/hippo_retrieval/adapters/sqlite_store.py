@@ -53,6 +53,7 @@ from hippo_retrieval.domain.models import (
     Change,
     Cursor,
     NewTurn,
+    Place,
     Scope,
     SessionStats,
     StoredTurn,
@@ -297,21 +298,20 @@ class SqliteTurnStore:
                     out[turn.memory_id] = from_row(row)
         return out
 
-    def locate(
-        self, tenant: str, user: str, memory_ids: Sequence[str]
-    ) -> dict[str, tuple[str, int]]:
-        """(session, position) of each of the user's turns among `memory_ids`."""
+    def locate(self, tenant: str, user: str, memory_ids: Sequence[str]) -> dict[str, Place]:
+        """Session, position and speaker of each of the user's turns among `memory_ids`."""
         wanted = list(dict.fromkeys(memory_ids))
-        out: dict[str, tuple[str, int]] = {}
+        out: dict[str, Place] = {}
         with self._locked() as conn:
             for chunk in hippo_sqlite.chunks(wanted):
                 marks = ",".join("?" * len(chunk))
-                for memory_id, session, position in conn.execute(
-                    "SELECT memory_id, session_id, position FROM turns t WHERE t.tenant = ? "
-                    f"AND {BY_ID_USER} AND t.memory_id IN ({marks})",
+                for memory_id, session, position, speaker in conn.execute(
+                    "SELECT memory_id, session_id, position, json_extract(metadata, '$.speaker') "
+                    f"FROM turns t WHERE t.tenant = ? AND {BY_ID_USER} "
+                    f"AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 ):
-                    out[str(memory_id)] = (str(session), int(position))
+                    out[str(memory_id)] = Place(str(session), int(position), str(speaker or ""))
         return out
 
     def delete(

@@ -79,6 +79,7 @@ from tantivy import (
     Query,
     Schema,
     SchemaBuilder,
+    Searcher,
     TextAnalyzer,
     TextAnalyzerBuilder,
     Tokenizer,
@@ -111,6 +112,13 @@ TEXT_TOKENIZER = "hippo_en_stem_v1"
 EXACT_TOKENIZER = "hippo_exact_v1"
 
 EXACT_BOOST = 2.0
+# Typo repair (`typos=True`): a query term of this many letters or more that no document
+# holds is replaced by the terms one edit away that documents do hold, weighted by this
+# (a guess counts for less than a word the user typed right).
+TYPO_MIN_CHARS = 4
+TYPO_WEIGHT = 0.8
+TYPO_MAX_TERMS = 16  # unknown query terms repaired per query (a pasted log has many)
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 MAX_QUERY_CHARS = 32_768
 MAX_QUERY_TERMS = 4096  # distinct terms per field
 
@@ -195,8 +203,11 @@ def _distinct(tokens: Iterable[str], limit: int) -> list[str]:
 class TantivyIndex:
     """`LexicalIndex` over a Tantivy index in the directory `path` (created if missing)."""
 
-    def __init__(self, path: Path, *, writer_heap_bytes: int = 50_000_000) -> None:
+    def __init__(
+        self, path: Path, *, writer_heap_bytes: int = 50_000_000, typos: bool = False
+    ) -> None:
         self._path = Path(path)
+        self._typos = typos
         self._path.mkdir(parents=True, exist_ok=True)
         self._schema = build_schema()
         # Opens the index if one exists (Tantivy refuses a different schema), else creates it.
@@ -273,7 +284,8 @@ class TantivyIndex:
     def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
         if limit <= 0:  # Tantivy panics (PanicException, a BaseException) on limit 0
             return []
-        text_query = self._text_query(query)
+        searcher = self._index.searcher()
+        text_query = self._text_query(query, searcher)
         if text_query is None:
             return []
         full = Query.boolean_query(
@@ -282,7 +294,6 @@ class TantivyIndex:
                 (Occur.Must, Query.const_score_query(self._scope_query(scope), 0.0)),
             ]
         )
-        searcher = self._index.searcher()
         limit = min(limit, max(1, searcher.num_docs))
         hits = searcher.search(full, limit).hits
         ranked: list[tuple[float, int, str]] = []
@@ -361,13 +372,23 @@ class TantivyIndex:
         seqs = [searcher.doc(address).get_first(SEQ) for _, address in hits]
         return max((int(s) for s in seqs if isinstance(s, int)), default=0)
 
-    def _text_query(self, query: str) -> Query | None:
+    def _text_query(self, query: str, searcher: Searcher) -> Query | None:
         text = clean_text(query[:MAX_QUERY_CHARS])
         clauses: list[tuple[Occur, Query]] = []
         terms = _distinct(self._query_analyzer.analyze(text), MAX_QUERY_TERMS)
         if not terms:  # only stop words ("who are you?"): then they are the query
             terms = _distinct(self._text_analyzer.analyze(text), MAX_QUERY_TERMS)
+        repairs = TYPO_MAX_TERMS if self._typos else 0
         for token in terms:
+            if repairs and len(token) >= TYPO_MIN_CHARS and not searcher.doc_freq(TEXT, token):
+                repairs -= 1
+                known = [t for t in _one_edit(token) if searcher.doc_freq(TEXT, t)]
+                if known:
+                    repaired = Query.boolean_query(
+                        [(Occur.Should, self._term(TEXT, t)) for t in known]
+                    )
+                    clauses.append((Occur.Should, Query.boost_query(repaired, TYPO_WEIGHT)))
+                    continue
             clauses.append((Occur.Should, self._term(TEXT, token)))
         identifiers = (
             token
@@ -415,6 +436,18 @@ class TantivyIndex:
                 )
             )
         return Query.boolean_query(clauses)
+
+
+def _one_edit(term: str) -> list[str]:
+    """Every string one edit from `term` (a letter dropped, swapped with the next,
+    replaced or added: Norvig's candidates), the way a thumb slips on a phone."""
+    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
+    out = {a + b[1:] for a, b in splits if b}
+    out |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    out |= {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
+    out |= {a + c + b for a, b in splits for c in _LETTERS}
+    out.discard(term)
+    return sorted(out)
 
 
 __all__ = ["IndexLockedError", "TantivyIndex"]

@@ -9,9 +9,10 @@ are deterministic.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from hippo_retrieval.domain.models import Candidate, FusedHit
+from hippo_retrieval.domain.models import Candidate, FusedHit, Place
 
 
 def rrf(
@@ -45,7 +46,7 @@ def rrf(
 
 
 def neighbour_boost(
-    hits: Sequence[FusedHit], places: Mapping[str, tuple[str, int]], weight: float
+    hits: Sequence[FusedHit], places: Mapping[str, Place], weight: float
 ) -> list[FusedHit]:
     """score'(d) = score(d) + weight * max(score(prev d), score(next d)), where prev/next are
     the turns right before and after d in its session (by position) among the candidates.
@@ -56,13 +57,13 @@ def neighbour_boost(
     """
     if weight <= 0:
         return list(hits)
-    score_at = {places[h.memory_id]: h.fused_score for h in hits if h.memory_id in places}
+    score_at = {places[h.memory_id][:2]: h.fused_score for h in hits if h.memory_id in places}
     boosted = []
     for h in hits:
         place = places.get(h.memory_id)
         bonus = 0.0
         if place is not None:
-            session, position = place
+            session, position = place.session, place.position
             bonus = max(
                 score_at.get((session, position - 1), 0.0),
                 score_at.get((session, position + 1), 0.0),
@@ -78,14 +79,18 @@ def fuse(
     k: float,
     weights: Mapping[str, float] | None,
     limit: int,
-    places: Callable[[list[str]], Mapping[str, tuple[str, int]]] | None = None,
+    places: Callable[[list[str]], Mapping[str, Place]] | None = None,
     neighbour_weight: float = 0.0,
+    query: str = "",
+    speaker_weight: float = 0.0,
 ) -> list[FusedHit]:
     """`neighbour_boost(rrf(lists), places(ids), w)[:limit]` (or `rrf(...)[:limit]` without
     `places`), computed on plain dicts: the search path fuses ~200 candidates to return 10,
     and building, boosting and sorting a FusedHit per candidate twice was a large share
     of retrieval's CPU per Recall. Same scores, same order, same tie-breaks (a property
-    test checks it against the two reference functions above)."""
+    test checks it against the two reference functions above). Then the speaker step:
+    when the query names exactly one of the candidates' speakers (`named_speaker`), that
+    speaker's turns' scores are multiplied by 1 + speaker_weight."""
     if k <= 0:
         raise ValueError("k must be positive")
     fused: dict[str, float] = {}
@@ -103,22 +108,31 @@ def fuse(
             if position < best.get(m, position + 1):
                 best[m] = position
     final = fused
+    steps = neighbour_weight > 0 or (speaker_weight > 0 and query)
+    if places is not None and steps and fused:
+        where = places(list(fused))
     if places is not None and neighbour_weight > 0 and fused:
         # The reference boosts the rrf order: ties in the unboosted score keep no
         # special order there, and the boost reads scores only, so the dict is enough.
-        where = places(list(fused))
-        score_at = {where[m]: s for m, s in fused.items() if m in where}
+        score_at = {(p.session, p.position): fused[m] for m, p in where.items() if m in fused}
         final = {}
         for m, s in fused.items():
             place = where.get(m)
             bonus = 0.0
             if place is not None:
-                session, position = place
                 bonus = max(
-                    score_at.get((session, position - 1), 0.0),
-                    score_at.get((session, position + 1), 0.0),
+                    score_at.get((place.session, place.position - 1), 0.0),
+                    score_at.get((place.session, place.position + 1), 0.0),
                 )
             final[m] = s + neighbour_weight * bonus
+    if places is not None and speaker_weight > 0 and query and fused:
+        speaker = named_speaker(query, {p.speaker for p in where.values() if p.speaker})
+        if speaker is not None:
+            factor = 1.0 + speaker_weight
+            final = {
+                m: s * factor if m in where and where[m].speaker == speaker else s
+                for m, s in final.items()
+            }
     order = heapq.nsmallest(limit, final, key=lambda m: (-final[m], best[m], m))
     out = []
     for m in order:
@@ -127,3 +141,44 @@ def fuse(
         scores = {name: score for name, (_, score) in found.items()}
         out.append(FusedHit(m, final[m], ranks, scores))
     return out
+
+
+_WORD = re.compile(r"\w+")
+TYPO_MIN_NAME = 5  # names this long still match with one slip ("carline" for Caroline)
+
+
+def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
+    """The one speaker the query names (by any of their names of 3+ letters, any case;
+    one of 5+ letters also with one typing slip), or None when it names none or
+    several: "What did Caroline research?" is about Caroline's own turns; "What do
+    Caroline and Melanie share?" is about both, and boosting one would hurt."""
+    words = {w.lower() for w in _WORD.findall(query)}
+    found = []
+    for speaker in speakers:
+        names = [n for n in _WORD.findall(speaker.lower()) if len(n) >= 3]
+        if any(
+            name in words or (len(name) >= TYPO_MIN_NAME and any(_one_slip(name, w) for w in words))
+            for name in names
+        ):
+            found.append(speaker)
+    return found[0] if len(found) == 1 else None
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """True when b is a one edit from a (a letter dropped, added, replaced, or two
+    neighbours swapped)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = 0
+    while i < len(short) and short[i] == long_[i]:
+        i += 1
+    return short[i:] == long_[i + 1 :]

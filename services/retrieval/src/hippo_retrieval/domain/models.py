@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -120,6 +121,15 @@ class Candidate:
 
     memory_id: str
     score: float
+
+
+class Place(NamedTuple):
+    """Where a turn sits: its session, its position there, and who spoke it (metadata
+    `speaker`, "" if none). Fusion reads it for the neighbour and speaker steps."""
+
+    session: str
+    position: int
+    speaker: str = ""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from hippo_retrieval.domain.models import (
     Cursor,
     EmbeddingModel,
     NewTurn,
+    Place,
     Scope,
     SessionStats,
     StoredTurn,
@@ -80,10 +81,8 @@ class TurnStore(Protocol):
         """The live turn just before each turn in its session, keyed by memory_id."""
         ...
 
-    def locate(
-        self, tenant: str, user: str, memory_ids: Sequence[str]
-    ) -> dict[str, tuple[str, int]]:
-        """(session, position) of each of the user's turns among memory_ids."""
+    def locate(self, tenant: str, user: str, memory_ids: Sequence[str]) -> dict[str, Place]:
+        """Session, position and speaker of each of the user's turns among memory_ids."""
         ...
 
     def delete(

@@ -3,8 +3,9 @@
 Each retriever is asked for `candidates` results (more than top_k: RRF rewards documents
 both retrievers rank reasonably, and those can sit below either one's top_k). After
 fusion (HYBRID only), a candidate next to a strong one in its session gets part of its
-neighbour's score (fusion.neighbour_boost). The turn store then supplies the winners'
-rows; an id deleted between search and fetch is simply absent.
+neighbour's score (fusion.neighbour_boost), and when the query names one of the
+candidates' speakers, that speaker's turns gain (fusion.named_speaker). The turn store
+then supplies the winners' rows; an id deleted between search and fetch is simply absent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class FusionConfig:
     candidates: int = 100  # per retriever
     max_top_k: int = 100
     neighbour_weight: float = 0.5  # fusion.neighbour_boost; 0 turns it off
+    # A query that names one speaker is mostly answered by that speaker's own turns
+    # (83% of LoCoMo's evidence): their scores x (1 + this). 0 turns it off.
+    speaker_weight: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -69,16 +73,19 @@ class Retriever:
                 raise InvalidArgument("query", "a semantic search needs the query's vector")
             lists[SEMANTIC] = self._vectors.search(scope, vector, self._config.candidates)
         # Hybrid only: LEXICAL and SEMANTIC show one retriever's own ranking.
-        boost = mode == Mode.HYBRID and self._config.neighbour_weight > 0
+        hybrid = mode == Mode.HYBRID
+        steps = self._config.neighbour_weight > 0 or self._config.speaker_weight > 0
         fused = fuse(
             lists,
             k=self._config.k,
             weights=self._config.weights,
             limit=top_k,
             places=(lambda ids: self._store.locate(scope.tenant, scope.user, ids))
-            if boost
+            if hybrid and steps
             else None,
             neighbour_weight=self._config.neighbour_weight,
+            query=query,
+            speaker_weight=self._config.speaker_weight,
         )
         turns = {
             t.memory_id: t
