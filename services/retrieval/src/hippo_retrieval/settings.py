@@ -120,8 +120,9 @@ class RetrievalSettings(ServiceSettings):
         ge=0,
         le=2,
         description="HYBRID only: when the query names exactly one speaker of the candidates "
-        "(metadata `speaker`, by first name), that speaker's turns' scores are multiplied "
-        "by 1 + this. 0 turns it off (docs/recall.md).",
+        "(metadata `speaker`: any of their names of 3+ letters, or one typing slip from one "
+        "of 5+), that speaker's turns' scores are multiplied by 1 + this. 0 turns it off "
+        "(docs/recall.md).",
     )
     typo_repair: bool = Field(
         True,
