@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from google.protobuf import json_format
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.listen import reserve_port
-from hippo_core.testing import ServiceProcess, metric, scrape, wait_for
+from hippo_core.testing import ServiceProcess, eventually, metric, scrape, wait_for
 
 T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
@@ -39,17 +38,6 @@ Stub = memory_pb2_grpc.MemoryServiceStub
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    """Poll until `check` returns a value (audit delivery is asynchronous by design)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        assert time.monotonic() < end, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
 
 
 def remember(

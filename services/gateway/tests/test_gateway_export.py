@@ -5,12 +5,10 @@ gateway, embedding, retrieval and audit processes."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 import pytest
@@ -26,9 +24,8 @@ from gateway_harness import (
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.listen import reserve_port
-from hippo_core.testing import ServiceProcess, wait_for
+from hippo_core.testing import ServiceProcess, eventually, wait_for
 
-T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
 T0 = 1_700_000_000  # seconds
 
@@ -54,16 +51,6 @@ ROLES = {"user": memory_pb2.ROLE_USER, "assistant": memory_pb2.ROLE_ASSISTANT}
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        assert time.monotonic() < end, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
 
 
 def load(stub: Stub, user: str) -> list[str]:

@@ -4,7 +4,6 @@ audit entry of a read. Real gateway, embedding, retrieval and audit processes.""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ from gateway_harness import key_of
 from google.protobuf import json_format
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
+from hippo_core.testing import eventually
 
 T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
@@ -25,16 +25,6 @@ OLDEST = memory_pb2.LIST_ORDER_OLDEST_FIRST
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        assert time.monotonic() < end, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
 
 
 def turn(text: str, role: int = memory_pb2.ROLE_USER, at: int | None = None) -> memory_pb2.Turn:

@@ -6,18 +6,15 @@ category)."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
 
 import grpc
 import pytest
 from gateway_harness import Cluster, key_of
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
+from hippo_core.testing import eventually
 
-T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
 
 TURNS = [
@@ -26,16 +23,6 @@ TURNS = [
     ("Friday's lesson covers the table of elements", {"agent_id": "tutor", "speaker": "Bot"}),
     ("Friday table notes without an agent", {"topic": "concierge"}),
 ]
-
-
-def eventually(check: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        assert time.monotonic() < end, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

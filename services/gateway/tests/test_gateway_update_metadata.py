@@ -6,10 +6,8 @@ gateway, embedding, retrieval and audit processes."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pytest
@@ -17,24 +15,14 @@ from gateway_harness import key_of
 from google.protobuf import json_format
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
+from hippo_core.testing import eventually
 
-T = TypeVar("T")
 Stub = memory_pb2_grpc.MemoryServiceStub
 ACME = key_of("acme")
 
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        assert time.monotonic() < end, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
 
 
 def remember(stub: Stub, user: str, *turns: tuple[str, dict[str, str]]) -> list[str]:

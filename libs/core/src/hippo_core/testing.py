@@ -13,10 +13,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -132,3 +133,21 @@ def wait_for(addr: str, service: str, status: str = "SERVING", timeout: float = 
             return
         time.sleep(0.1)
     raise TimeoutError(f"{service} at {addr} not {status} after {timeout} s")
+
+
+T = TypeVar("T")
+
+
+def eventually(
+    check: Callable[[], T | None], what: str, timeout: float = 30, interval: float = 0.1
+) -> T:
+    """Poll `check` until it returns something other than None, and return that; fail
+    the test naming `what` after `timeout` seconds (for effects that are asynchronous by
+    design: index lag, audit delivery)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value is not None:
+            return value
+        assert time.monotonic() < end, f"not within {timeout} s: {what}"
+        time.sleep(interval)
