@@ -8,7 +8,10 @@ in the top k (k = 1, 5, 10, 20, 25), plus ingest turns/s and Recall latency p50/
 By default it starts a private cluster (`hippo up` on free ports, a temporary data dir);
 `--gateway ADDR --api-key KEY` measures a cluster that is already running instead.
 
-    .venv/bin/python bench/recall_locomo.py [--data FILE] [--json OUT]
+    .venv/bin/python bench/recall_locomo.py [--data FILE] [--json OUT] [--informal SEED]
+
+`--informal SEED` also asks every question as people type it (bench/informal.py: chat
+spellings, dropped apostrophes, keyboard slips), in LEXICAL and HYBRID mode.
 
 Published anchors (turn level, all categories; LoCoMo paper, Maharana et al. 2024): the
 DRAGON retriever reaches R@5 56.7, R@10 66.2, R@25 76.7.
