@@ -70,7 +70,6 @@ class Rpc:
 RPCS: tuple[Rpc, ...] = (
     Rpc("Remember", memory_pb2.RememberRequest),
     Rpc("Recall", memory_pb2.RecallRequest),
-    Rpc("Forget", memory_pb2.ForgetRequest),
     Rpc("BuildContext", memory_pb2.BuildContextRequest),
     Rpc("GetSession", memory_pb2.GetSessionRequest),
     Rpc("VerifyAudit", memory_pb2.VerifyAuditRequest),
@@ -82,6 +81,8 @@ RPCS: tuple[Rpc, ...] = (
     Rpc("ListUsers", memory_pb2.ListUsersRequest),
     Rpc("Chat", memory_pb2.ChatRequest, streaming=True),
     Rpc("UpdateMemoryMetadata", memory_pb2.UpdateMemoryMetadataRequest),
+    # After the reads and the metadata change: by then they have stored memories to reach.
+    Rpc("Forget", memory_pb2.ForgetRequest),
     Rpc("ExportUser", memory_pb2.ExportUserRequest, streaming=True),
     Rpc("ImportTurns", memory_pb2.ImportTurnsRequest, uploading=True),
 )
@@ -140,6 +141,9 @@ class Generator:
         self.sessions = [f"s{i}" for i in range(sessions)]
         self.memory_ids: list[str] = []  # seen in replies, for Forget (the runner adds)
         self.audit_seqs: list[int] = []  # seen in replies, for ReportOutcome
+        # (user, memory id) pairs listed by ListMemories: stored and whose owner is known,
+        # so GetMemory and UpdateMemoryMetadata also reach the memory, not only NOT_FOUND.
+        self.owned: list[tuple[str, str]] = []
 
     # -- primitives ------------------------------------------------------------------
 
@@ -385,13 +389,18 @@ class Generator:
             m.metadata[k] = v
         return m
 
+    def _memory(self, p: float) -> tuple[str, str]:
+        """(user_id, memory_id): often a stored memory with its owner, else odd ones."""
+        if self.owned and self.chance(0.5) and not self.chance(p):
+            return self.rng.choice(self.owned)
+        user = self.ident(p, self.users)
+        if self.memory_ids and not self.chance(p):
+            return user, self.rng.choice(self.memory_ids)
+        return user, self.ident(p, ["m-absent", "0" * 32])
+
     def _getmemory(self, p: float) -> Message:
         m = memory_pb2.GetMemoryRequest()
-        m.user_id = self.ident(p, self.users)
-        if self.memory_ids and not self.chance(p):
-            m.memory_id = self.rng.choice(self.memory_ids)
-        else:
-            m.memory_id = self.ident(p, ["m-absent", "0" * 32])
+        m.user_id, m.memory_id = self._memory(p)
         return m
 
     def _listsessions(self, p: float) -> Message:
@@ -409,11 +418,7 @@ class Generator:
 
     def _updatememorymetadata(self, p: float) -> Message:
         m = memory_pb2.UpdateMemoryMetadataRequest()
-        m.user_id = self.ident(p, self.users)
-        if self.memory_ids and not self.chance(p):
-            m.memory_id = self.rng.choice(self.memory_ids)
-        else:
-            m.memory_id = self.ident(p, ["m-absent", "0" * 32])
+        m.user_id, m.memory_id = self._memory(p)
         for k, v in self.metadata(p).items():
             m.set[k] = v
         n = self.rng.choice([0, 32, 33, 500]) if self.chance(p / 2) else self.rng.randint(0, 2)
@@ -636,6 +641,10 @@ def _learn(gen: Generator, rpc: str, reply: bytes) -> None:
     if rpc == "Remember":
         ids = memory_pb2.RememberResponse.FromString(reply).memory_ids
         gen.memory_ids = (gen.memory_ids + list(ids))[-500:]
+    elif rpc == "ListMemories":
+        listed = memory_pb2.ListMemoriesResponse.FromString(reply).memories
+        pairs = [(m.scope.user_id, m.memory_id) for m in listed]
+        gen.owned = (gen.owned + pairs)[-500:]
     elif rpc == "BuildContext":
         seq = memory_pb2.BuildContextResponse.FromString(reply).audit_seq
         if seq:
