@@ -520,8 +520,10 @@ class Outbox(Generic[T]):
             await self._refresh()
             return 1
         done = len(results)
-        await self._call(self._store.remove, [i for i, _, _ in rows[:done]])
+        # Reachable as soon as the delivery succeeded, before its rows leave the store: a
+        # caller that sees the queue empty must not still be told the peer is down.
         self.reachable = True
+        await self._call(self._store.remove, [i for i, _, _ in rows[:done]])
         DELIVERED.labels(self.name).inc(done)
         self._depth = max(0, self._depth - done)
         for item, result in zip(items[:done], results, strict=True):
