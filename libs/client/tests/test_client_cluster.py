@@ -14,7 +14,11 @@ from hippo_cli.cluster import LocalCluster, local_cluster
 from hippo_client import (
     AsyncClient,
     Client,
+    ExportFooter,
+    ExportHeader,
+    ImportResult,
     InvalidArgument,
+    Memory,
     NotFound,
     Turn,
     Unauthenticated,
@@ -140,8 +144,15 @@ def test_listing_getting_and_paging_from_the_blocking_client(cluster: LocalClust
         )
         carol = next(u for u in hippo.users() if u.user == "sdk-carol")
         assert (carol.turn_count, carol.session_count) == (6, 2)
+        changed = hippo.update_metadata(
+            "sdk-carol", first.memory_ids[0], set={"category": "test"}, remove=["absent"]
+        )
+        assert changed.memory.metadata == {"category": "test"} and changed.memory.text == "turn 0"
+        with pytest.raises(InvalidArgument) as refused:
+            hippo.update_metadata("sdk-carol", first.memory_ids[0])  # nothing to change
+        assert refused.value.field == "set"
         history = list(hippo.history("sdk-carol", first.memory_ids[0]))
-        assert {"remember", "read"} <= {e.event_type for e in history}, history
+        assert {"remember", "read", "metadata"} <= {e.event_type for e in history}, history
         hippo.forget("sdk-carol")
         assert list(hippo.memories("sdk-carol")) == []
 
@@ -157,6 +168,18 @@ async def test_listing_from_the_async_client(cluster: LocalCluster) -> None:
         assert "sdk-dave" in [u.user async for u in hippo.users()]
         page = await hippo.list_users(page_size=1)
         assert len(page) == 1
+        # Export, forget, import: the same memories under the same ids; again: nothing new.
+        items = [item async for item in hippo.export_user("sdk-dave")]
+        records = [item for item in items if isinstance(item, Memory)]
+        assert isinstance(items[0], ExportHeader) and isinstance(items[-1], ExportFooter)
+        assert [m.id for m in records] == list(stored.memory_ids)
+        await hippo.forget("sdk-dave")
+        assert [m async for m in hippo.memories("sdk-dave")] == []
+        assert await hippo.import_turns(records) == ImportResult(created=2, deduplicated=0)
+        assert await hippo.import_turns(records) == ImportResult(created=0, deduplicated=2)
+        assert [m.id async for m in hippo.memories("sdk-dave", order="oldest")] == (
+            list(stored.memory_ids)
+        )
         await hippo.forget("sdk-dave")
 
 
