@@ -108,10 +108,11 @@ def fuse(
             if position < best.get(m, position + 1):
                 best[m] = position
     final = fused
-    steps = neighbour_weight > 0 or (speaker_weight > 0 and query)
-    if places is not None and steps and fused:
-        where = places(list(fused))
-    if places is not None and neighbour_weight > 0 and fused:
+    neighbours, speakers = neighbour_weight > 0, speaker_weight > 0 and bool(query)
+    # One store read serves both steps; none when neither runs.
+    wanted = places is not None and fused and (neighbours or speakers)
+    where = places(list(fused)) if wanted and places is not None else {}
+    if neighbours and where:
         # The reference boosts the rrf order: ties in the unboosted score keep no
         # special order there, and the boost reads scores only, so the dict is enough.
         score_at = {(p.session, p.position): fused[m] for m, p in where.items() if m in fused}
@@ -125,7 +126,7 @@ def fuse(
                     score_at.get((place.session, place.position + 1), 0.0),
                 )
             final[m] = s + neighbour_weight * bonus
-    if places is not None and speaker_weight > 0 and query and fused:
+    if speakers and where:
         speaker = named_speaker(query, {p.speaker for p in where.values() if p.speaker})
         if speaker is not None:
             factor = 1.0 + speaker_weight
