@@ -1,7 +1,7 @@
 """Container images and the compose cluster, checked offline.
 
-No Docker engine runs on the dev machines, so nothing here builds an image or starts a
-container. What is checked: hadolint on every Dockerfile; each Dockerfile's shape
+Nothing here builds an image or starts a container (tests/test_podman_cluster.py does,
+where podman is installed). What is checked: hadolint on every Dockerfile; each Dockerfile's shape
 (multi-stage, pinned base, non-root, a gRPC health check on the service's readiness key,
 its ports and settings); deploy/compose/compose.yaml against the compose-spec JSON schema
 (vendored by check-jsonschema); and that compose wires every peer to a real service, port
@@ -171,9 +171,9 @@ def test_injection_documents_its_cuda_variant() -> None:
     steps = instructions(ROOT / "services" / "injection" / "Dockerfile")
     assert ("ARG", "TORCH_VARIANT=cpu") in steps
     assert "--build-arg TORCH_VARIANT=cu" in text
-    assert any(
-        k == "RUN" and "whl/${TORCH_VARIANT}" in a and "torch==2.13.0" in a for k, a in steps
-    )
+    # The index defaults to the variant's PyTorch index; a mirror overrides it.
+    assert ("ARG", "TORCH_INDEX_URL=https://download.pytorch.org/whl/${TORCH_VARIANT}") in steps
+    assert any(k == "RUN" and "${TORCH_INDEX_URL}" in a and "torch==2.13.0" in a for k, a in steps)
     assert any(k == "LABEL" and "torch-variant" in a for k, a in steps)
 
 
