@@ -100,7 +100,16 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, Helm chart, alert rules (no Docker, no cluster)
 	$(BIN)/pytest -q tests/test_containers.py tests/test_chart.py tests/test_alerts.py
 
+images: ## Build the six service images with podman (base image from Debian's packages)
+	scripts/podman_images.sh
+
+compose-up: $(STAMP) ## Run the images in one podman pod as compose.yaml describes them; wait until healthy
+	$(BIN)/python scripts/podman_cluster.py up
+
+compose-down: $(STAMP) ## Stop the podman pod gracefully (keeps the volumes)
+	$(BIN)/python scripts/podman_cluster.py down
+
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check images compose-up compose-down clean
