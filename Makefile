@@ -103,8 +103,8 @@ deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, 
 images: ## Build the six service images with podman (base image from Debian's packages)
 	scripts/podman_images.sh
 
-compose-up: $(STAMP) ## Run the images in one podman pod as compose.yaml describes them; wait until healthy
-	$(BIN)/python scripts/podman_cluster.py up
+compose-up: $(STAMP) ## Run the images in one podman pod as compose.yaml describes them (CLUSTER=1: with PostgreSQL)
+	$(BIN)/python scripts/podman_cluster.py up $(if $(CLUSTER),--postgres)
 
 compose-down: $(STAMP) ## Stop the podman pod gracefully (keeps the volumes)
 	$(BIN)/python scripts/podman_cluster.py down

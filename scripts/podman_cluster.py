@@ -7,11 +7,15 @@ dropped capabilities, tmpfs, named volumes, environment and stop grace, in its
 depends_on order. The containers share one pod, so compose's service names resolve to
 the pod's loopback (--add-host) and the file's peer addresses work unchanged.
 
-Left out, with the reason: qdrant, otel-collector, grafana and prometheus have no image
-source here (no registry); retrieval then keeps vectors in its in-process Qdrant engine
-on its volume, and no traces are exported.
+Prometheus runs from an image of Debian's package (deploy/podman/prometheus.Containerfile,
+built by `make images`) with compose's command, config, alert rules and volume. Left
+out, with the reason: qdrant, otel-collector and grafana have no image source here (no
+registry); retrieval then keeps vectors in its in-process Qdrant engine on its volume,
+and no traces are exported.
 
     python scripts/podman_cluster.py up      # start, wait until every container is healthy
+    python scripts/podman_cluster.py up --postgres   # cluster mode: PostgreSQL as the
+                                     # state of record (an image of Debian's package)
     python scripts/podman_cluster.py down    # graceful stop (SIGTERM, compose's grace)
     python scripts/podman_cluster.py down --volumes
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -33,6 +38,33 @@ COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
 POD = "hippo"
 # Settings that name a left-out service: dropped, so the service uses its default.
 LEFT_OUT_SETTINGS = ("_OTLP_ENDPOINT", "_QDRANT_URL")
+# Services compose pulls from a registry, run here from images made of Debian's packages.
+LOCAL_IMAGES = {"prometheus": "localhost/hippo-prometheus:debian"}
+LEFT_OUT = "qdrant, otel-collector, grafana"
+POSTGRES_IMAGE = "localhost/hippo-postgres:debian"
+POSTGRES_GRACE = 20
+# Made on the first `up --postgres`, kept for the volume's life (initdb sets it once).
+PASSWORD_FILE = ROOT / "var" / "podman" / "postgres-password"
+
+
+def postgres_password() -> str:
+    if not PASSWORD_FILE.exists():
+        PASSWORD_FILE.parent.mkdir(parents=True, exist_ok=True)
+        PASSWORD_FILE.touch(mode=0o600)
+        PASSWORD_FILE.write_text(secrets.token_urlsafe(24))
+    return PASSWORD_FILE.read_text().strip()
+
+
+def database_settings(url: str) -> list[str]:
+    """`--env` pairs pointing every service that has a store at PostgreSQL, as `hippo up
+    --cluster` does."""
+    from hippo_cli.registry import SERVICES
+
+    return [
+        f"--env=HIPPO_{spec.name.upper()}_DATABASE__URL={url}"
+        for spec in SERVICES
+        if "database" in spec.settings_type().model_fields
+    ]
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,7 +72,12 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def hippo_services(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in spec["services"].items() if "build" in svc}
+    """The services this pod runs: every built one, and those with a local image."""
+    return {
+        name: svc
+        for name, svc in spec["services"].items()
+        if "build" in svc or name in LOCAL_IMAGES
+    }
 
 
 def start_order(services: dict[str, dict[str, Any]]) -> list[str]:
@@ -62,8 +99,10 @@ def grace_seconds(svc: dict[str, Any]) -> int:
     return int(str(svc.get("stop_grace_period", "10s")).rstrip("s"))
 
 
-def run_args(name: str, svc: dict[str, Any]) -> list[str]:
-    args = ["run", "-d", "--pod", POD, "--name", f"{POD}-{name}", "--user", svc["user"]]
+def run_args(name: str, svc: dict[str, Any], extra: list[str]) -> list[str]:
+    args = ["run", "-d", "--pod", POD, "--name", f"{POD}-{name}", *extra]
+    if "user" in svc:
+        args += ["--user", svc["user"]]
     if svc.get("read_only"):
         args.append("--read-only")
     args += [f"--cap-drop={c}" for c in svc.get("cap_drop", [])]
@@ -71,12 +110,17 @@ def run_args(name: str, svc: dict[str, Any]) -> list[str]:
     args += [f"--tmpfs={t}" for t in svc.get("tmpfs", [])]
     args += [f"--stop-timeout={grace_seconds(svc)}"]
     for vol in svc.get("volumes", []):
-        src, dst = vol.split(":")[:2]
-        args += ["-v", f"{POD}-{src}:{dst}"]
+        src, dst, *mode = vol.split(":")
+        if src.startswith("."):  # a bind mount, relative to the compose file
+            src = str((COMPOSE.parent / src).resolve())
+            args += ["-v", ":".join([src, dst, *mode])]
+        else:
+            args += ["-v", f"{POD}-{src}:{dst}"]
     for key, value in (svc.get("environment") or {}).items():
         if not key.endswith(LEFT_OUT_SETTINGS):
             args += ["-e", f"{key}={value}"]
-    return [*args, f"localhost/{svc['image']}"]
+    image = LOCAL_IMAGES.get(name) or f"localhost/{svc['image']}"
+    return [*args, image, *svc.get("command", [])]
 
 
 def wait_healthy(name: str, timeout: float) -> float:
@@ -88,21 +132,34 @@ def wait_healthy(name: str, timeout: float) -> float:
         if state not in ("running", "created"):
             logs = podman("logs", "--tail", "20", f"{POD}-{name}", check=False)
             sys.exit(f"error: {name} is {state}:\n{logs.stdout}{logs.stderr}")
-        if podman("healthcheck", "run", f"{POD}-{name}", check=False).returncode == 0:
+        probe = podman("healthcheck", "run", f"{POD}-{name}", check=False)
+        # No HEALTHCHECK in the image (Prometheus): running is as far as it goes.
+        if probe.returncode == 0 or "has no defined healthcheck" in probe.stderr:
             return time.monotonic() - start
         time.sleep(2)
     sys.exit(f"error: {name} not healthy after {timeout:.0f} s")
 
 
-def up(timeout: float) -> None:
+def up(timeout: float, postgres: bool) -> None:
     services = hippo_services(yaml.safe_load(COMPOSE.read_text()))
     ports = [p for svc in services.values() for p in svc.get("ports", [])]
-    hosts = [f"--add-host={name}:127.0.0.1" for name in services]
+    hosts = [f"--add-host={name}:127.0.0.1" for name in [*services, "postgres"]]
     podman("pod", "create", "--name", POD, *hosts, *[f"-p={p}" for p in ports])
+    extra: list[str] = []
+    if postgres:
+        password = postgres_password()
+        podman(
+            "run", "-d", "--pod", POD, "--name", f"{POD}-postgres", "--read-only",
+            "--tmpfs=/tmp:mode=1777", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+            f"--stop-timeout={POSTGRES_GRACE}", f"--env=POSTGRES_PASSWORD={password}",
+            "-v", f"{POD}-postgres:/var/lib/postgresql/data", POSTGRES_IMAGE,
+        )  # fmt: skip
+        print(f"{'postgres':<11} healthy after {wait_healthy('postgres', timeout):5.1f} s")
+        extra = database_settings(f"postgresql://hippo:{password}@postgres:5432/hippo")
     for name in start_order(services):
-        podman(*run_args(name, services[name]))
+        podman(*run_args(name, services[name], extra))
         print(f"{name:<11} healthy after {wait_healthy(name, timeout):5.1f} s", flush=True)
-    print("left out (no image source here): qdrant, otel-collector, grafana, prometheus")
+    print(f"left out (no image source here): {LEFT_OUT}")
 
 
 def down(volumes: bool) -> None:
@@ -115,9 +172,16 @@ def down(volumes: bool) -> None:
         code = podman("inspect", "--format", "{{.State.ExitCode}}", ctr).stdout.strip()
         print(f"{name:<11} stopped, exit code {code}", flush=True)
         podman("rm", ctr)
+    if podman("container", "exists", f"{POD}-postgres", check=False).returncode == 0:
+        podman("stop", "-t", str(POSTGRES_GRACE), f"{POD}-postgres", check=False)
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", f"{POD}-postgres").stdout
+        print(f"{'postgres':<11} stopped, exit code {code.strip()}", flush=True)
+        podman("rm", f"{POD}-postgres")
     podman("pod", "rm", "-f", POD, check=False)
     if volumes:
-        for vol in {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}:
+        podman("volume", "rm", "-f", f"{POD}-postgres", check=False)
+        named = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}
+        for vol in {v for v in named if not v.startswith(".")}:  # not bind mounts
             podman("volume", "rm", "-f", f"{POD}-{vol}", check=False)
 
 
@@ -127,11 +191,14 @@ def main() -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the pod; wait until every container is healthy")
     p_up.add_argument("--timeout", type=float, default=900, help="seconds per container")
+    p_up.add_argument(
+        "--postgres", action="store_true", help="cluster mode: PostgreSQL as the state of record"
+    )
     p_down = sub.add_parser("down", help="stop gracefully and remove the containers")
     p_down.add_argument("--volumes", action="store_true", help="also remove the data")
     args = parser.parse_args()
     if args.cmd == "up":
-        up(args.timeout)
+        up(args.timeout, args.postgres)
     else:
         down(args.volumes)
 

@@ -5,7 +5,8 @@
 # CA bundle), mounted into the build. On a host that reaches a registry, plain
 # `docker build -f services/<svc>/Dockerfile .` needs none of this.
 #
-#   scripts/podman_images.sh [service ...]     (default: all six; `make images`)
+#   scripts/podman_images.sh [service ...]     (default: all six, prometheus, postgres;
+#                                              `make images`)
 #
 # Needs podman, runc and mmdebstrap (Debian: apt-get install podman runc mmdebstrap).
 set -euo pipefail
@@ -46,8 +47,15 @@ if [[ -f "$ca" ]]; then
 fi
 
 services=("$@")
-[[ ${#services[@]} -gt 0 ]] || services=(embedding audit retrieval summariser gateway injection)
+[[ ${#services[@]} -gt 0 ]] || services=(embedding audit retrieval summariser gateway injection prometheus postgres)
 for svc in "${services[@]}"; do
+  if [[ $svc == prometheus || $svc == postgres ]]; then
+    # No registry here: Debian's package on the same base (postgres: cluster mode).
+    echo "== hippo-$svc:debian"
+    podman build --quiet --format docker --network host --build-arg "BASE_IMAGE=$BASE" \
+      -f "deploy/podman/$svc.Containerfile" -t "hippo-$svc:debian" deploy/podman >/dev/null
+    continue
+  fi
   [[ -f services/$svc/Dockerfile ]] || { echo "error: no service '$svc' (services/$svc/Dockerfile)" >&2; exit 2; }
   extra=()
   # The CPU torch wheel lies in the wheel directory; PyPI stands in for the PyTorch index.
