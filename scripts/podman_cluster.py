@@ -162,21 +162,22 @@ def up(timeout: float, postgres: bool) -> None:
     print(f"left out (no image source here): {LEFT_OUT}")
 
 
+def stop(name: str, grace: int) -> None:
+    """SIGTERM (the image's STOPSIGNAL), `grace` seconds, then remove; says the exit code."""
+    ctr = f"{POD}-{name}"
+    if podman("container", "exists", ctr, check=False).returncode != 0:
+        return
+    podman("stop", "-t", str(grace), ctr, check=False)
+    code = podman("inspect", "--format", "{{.State.ExitCode}}", ctr).stdout.strip()
+    print(f"{name:<11} stopped, exit code {code}", flush=True)
+    podman("rm", ctr)
+
+
 def down(volumes: bool) -> None:
     services = hippo_services(yaml.safe_load(COMPOSE.read_text()))
     for name in reversed(start_order(services)):
-        ctr = f"{POD}-{name}"
-        if podman("container", "exists", ctr, check=False).returncode != 0:
-            continue
-        podman("stop", "-t", str(grace_seconds(services[name])), ctr, check=False)
-        code = podman("inspect", "--format", "{{.State.ExitCode}}", ctr).stdout.strip()
-        print(f"{name:<11} stopped, exit code {code}", flush=True)
-        podman("rm", ctr)
-    if podman("container", "exists", f"{POD}-postgres", check=False).returncode == 0:
-        podman("stop", "-t", str(POSTGRES_GRACE), f"{POD}-postgres", check=False)
-        code = podman("inspect", "--format", "{{.State.ExitCode}}", f"{POD}-postgres").stdout
-        print(f"{'postgres':<11} stopped, exit code {code.strip()}", flush=True)
-        podman("rm", f"{POD}-postgres")
+        stop(name, grace_seconds(services[name]))
+    stop("postgres", POSTGRES_GRACE)  # last: the services' store
     podman("pod", "rm", "-f", POD, check=False)
     if volumes:
         podman("volume", "rm", "-f", f"{POD}-postgres", check=False)

@@ -1,7 +1,7 @@
 """The images, run: the compose cluster's six services and Prometheus in a podman pod
-(scripts/podman_cluster.py), with their embedded stores and in cluster mode (PostgreSQL
-in the pod), a Remember/Recall/BuildContext round trip through the
-README's CLI against the containerised gateway, Prometheus scraping all six, a graceful
+(scripts/podman_cluster.py), with their embedded stores (cluster mode, PostgreSQL in the
+pod, is not covered yet: see the mark below), a Remember/Recall/BuildContext round trip
+through the README's CLI against the containerised gateway, Prometheus scraping all six, a graceful
 stop (every container exits 0 on SIGTERM within compose's grace), and the data still
 there after the containers are recreated on the same volumes.
 
@@ -111,7 +111,8 @@ def test_round_trip_graceful_stop_and_restart_in_containers(images: None, mode: 
     try:
         up = ["up", "--postgres"] if mode == "postgres" else ["up"]
         started = cluster(*up)
-        assert all(f"{s}" in started and "healthy" in started for s in SERVICES), started
+        healthy = {line.split()[0] for line in started.splitlines() if "healthy after" in line}
+        assert healthy >= set(SERVICES), started
 
         hippo("remember", "--user", "alice", "--session", "s1", "I moved to Lisbon in May")
         hits = json.loads(hippo("recall", "where does she live now?", "--user", "alice", "--json"))
