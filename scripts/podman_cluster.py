@@ -43,16 +43,20 @@ LOCAL_IMAGES = {"prometheus": "localhost/hippo-prometheus:debian"}
 LEFT_OUT = "qdrant, otel-collector, grafana"
 POSTGRES_IMAGE = "localhost/hippo-postgres:debian"
 POSTGRES_GRACE = 20
-# Made on the first `up --postgres`, kept for the volume's life (initdb sets it once).
-PASSWORD_FILE = ROOT / "var" / "podman" / "postgres-password"
+# Cluster-mode secrets, made on the first `up --postgres` and kept for the volumes' life:
+# initdb sets the password once, and audit's checkpoints verify only under the key that
+# signed them (the same files `hippo up --cluster` makes under its data dir).
+SECRETS = ROOT / "var" / "podman"
 
 
-def postgres_password() -> str:
-    if not PASSWORD_FILE.exists():
-        PASSWORD_FILE.parent.mkdir(parents=True, exist_ok=True)
-        PASSWORD_FILE.touch(mode=0o600)
-        PASSWORD_FILE.write_text(secrets.token_urlsafe(24))
-    return PASSWORD_FILE.read_text().strip()
+def cluster_secrets() -> tuple[str, list[str]]:
+    """PostgreSQL's password, and the `--env` pairs every replica must share."""
+    from hippo_cli.launcher import new_signing_key
+    from hippo_core.files import secret_file
+
+    password = secret_file(SECRETS / "postgres-password", lambda: secrets.token_hex(18).encode())
+    key = secret_file(SECRETS / "audit-signing.key", new_signing_key)
+    return password.decode().strip(), [f"--env=HIPPO_AUDIT_SIGNING_KEY={key.decode().strip()}"]
 
 
 def database_settings(url: str) -> list[str]:
@@ -147,7 +151,7 @@ def up(timeout: float, postgres: bool) -> None:
     podman("pod", "create", "--name", POD, *hosts, *[f"-p={p}" for p in ports])
     extra: list[str] = []
     if postgres:
-        password = postgres_password()
+        password, shared = cluster_secrets()
         podman(
             "run", "-d", "--pod", POD, "--name", f"{POD}-postgres", "--read-only",
             "--tmpfs=/tmp:mode=1777", "--cap-drop=ALL", "--security-opt=no-new-privileges",
@@ -155,7 +159,7 @@ def up(timeout: float, postgres: bool) -> None:
             "-v", f"{POD}-postgres:/var/lib/postgresql/data", POSTGRES_IMAGE,
         )  # fmt: skip
         print(f"{'postgres':<11} healthy after {wait_healthy('postgres', timeout):5.1f} s")
-        extra = database_settings(f"postgresql://hippo:{password}@postgres:5432/hippo")
+        extra = [*database_settings(f"postgresql://hippo:{password}@postgres:5432/hippo"), *shared]
     for name in start_order(services):
         podman(*run_args(name, services[name], extra))
         print(f"{name:<11} healthy after {wait_healthy(name, timeout):5.1f} s", flush=True)
@@ -184,6 +188,8 @@ def down(volumes: bool) -> None:
         named = {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}
         for vol in {v for v in named if not v.startswith(".")}:  # not bind mounts
             podman("volume", "rm", "-f", f"{POD}-{vol}", check=False)
+        for secret in SECRETS.glob("*"):  # they belonged to the data just removed
+            secret.unlink()
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """The images, run: the compose cluster's six services and Prometheus in a podman pod
-(scripts/podman_cluster.py), with their embedded stores (cluster mode, PostgreSQL in the
-pod, is not covered yet: see the mark below), a Remember/Recall/BuildContext round trip
-through the README's CLI against the containerised gateway, Prometheus scraping all six, a graceful
-stop (every container exits 0 on SIGTERM within compose's grace), and the data still
-there after the containers are recreated on the same volumes.
+(scripts/podman_cluster.py), once with their embedded stores and once in cluster mode
+with PostgreSQL in the pod as the state of record; each time a Remember/Recall/
+BuildContext round trip through the README's CLI against the containerised gateway,
+Prometheus scraping all six, a graceful stop (every container exits 0 on SIGTERM within
+compose's grace), and the data still there after the containers are recreated on the
+same volumes.
 
 Runs where podman is installed (skipped otherwise, with that reason: CI machines have no
 podman). Images that are missing are built first with scripts/podman_images.sh (`make
@@ -88,6 +89,18 @@ def hippo(*args: str) -> str:
     return out.stdout
 
 
+def postgres_count(table: str) -> int:
+    password = (ROOT / "var" / "podman" / "postgres-password").read_text().strip()
+    psql = ["psql", "-h", "/tmp", "-U", "hippo", "-d", "hippo", "-Atc"]
+    out = subprocess.run(
+        ["podman", "exec", "-e", f"PGPASSWORD={password}", "hippo-postgres", *psql,
+         f"SELECT count(*) FROM {table}"],
+        env=ENV, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
 def scraped_services(timeout: float = 90) -> set[str]:
     """The services whose /metrics Prometheus scraped successfully (15 s interval)."""
     deadline = time.monotonic() + timeout
@@ -102,9 +115,7 @@ def scraped_services(timeout: float = 90) -> set[str]:
     return up
 
 
-# "postgres" (cluster mode) is not in the list yet: audit refuses to start there without
-# HIPPO_AUDIT_SIGNING_KEY, which scripts/podman_cluster.py does not provide yet.
-@pytest.mark.parametrize("mode", ["embedded"])
+@pytest.mark.parametrize("mode", ["embedded", "postgres"])
 @pytest.mark.timeout(3600)  # building the images, when missing, happens in the fixture
 def test_round_trip_graceful_stop_and_restart_in_containers(images: None, mode: str) -> None:
     cluster("down", "--volumes")
@@ -123,6 +134,9 @@ def test_round_trip_graceful_stop_and_restart_in_containers(images: None, mode: 
         assert "Lisbon" in json.dumps(built)
 
         assert scraped_services() == set(SERVICES)
+        if mode == "postgres":  # the state of record is PostgreSQL's, not a volume's file
+            assert postgres_count("hippo_retrieval.turns") >= 1
+            assert postgres_count("hippo_audit.entries") >= 1
 
         stopped = cluster("down")
         # + prometheus (+ postgres)

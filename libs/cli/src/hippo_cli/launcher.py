@@ -42,6 +42,7 @@ from hippo_cli.health import wait_serving
 from hippo_cli.registry import SERVICES, ServiceSpec
 from hippo_cli.settings import CliSettings
 from hippo_core.certs import Authority, Issued
+from hippo_core.files import secret_file
 from hippo_core.listen import reserve_ports
 from hippo_core.pgserver import PostgresServer
 from hippo_core.settings import TlsSettings
@@ -198,18 +199,19 @@ def _peer_wiring(group: list[Replica]) -> dict[str, str]:
     return out
 
 
+def new_signing_key() -> bytes:
+    """A fresh audit checkpoint signing key, as HIPPO_AUDIT_SIGNING_KEY takes it: base64
+    of 32 random bytes (an Ed25519 private key is any 32 bytes)."""
+    return base64.b64encode(secrets.token_bytes(32))
+
+
 def _cluster_secrets(up: Cluster) -> dict[str, str]:
     """Secrets every replica of a service must share, made once per data dir: the audit
     signing key (checkpoints are verified with one key), unless configured."""
     if "HIPPO_AUDIT_SIGNING_KEY" in os.environ:
         return {}
-    path = up.data_dir / "cluster" / "audit-signing.key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(base64.b64encode(secrets.token_bytes(32)))
-    return {"HIPPO_AUDIT_SIGNING_KEY": path.read_text().strip()}
+    key = secret_file(up.data_dir / "cluster" / "audit-signing.key", new_signing_key)
+    return {"HIPPO_AUDIT_SIGNING_KEY": key.decode().strip()}
 
 
 def _make_certs(up: Cluster) -> None:

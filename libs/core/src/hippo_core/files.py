@@ -1,11 +1,14 @@
 """Crash-safe small-file writes: a crash leaves the old file or the new one, whole.
 Shared by the services that keep small state files beside their stores (retrieval's
-index generation pointer and vector-index metadata, audit's signing key)."""
+index generation pointer and vector-index metadata, audit's signing key) and the secrets
+made once and then kept (gateway's fingerprint key, the launcher's cluster secrets)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,3 +37,25 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def secret_file(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The secret kept in `path`, made by `make()` and written there (mode 0600, durable)
+    when the file does not exist yet. Written whole under a temporary name and then
+    hard-linked into place, which fails if `path` exists: two processes starting at once
+    cannot each keep a different secret, nor read a half-written one."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(make())
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):  # another process won: keep theirs
+                os.link(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        fsync_dir(path.parent)
+    return path.read_bytes()

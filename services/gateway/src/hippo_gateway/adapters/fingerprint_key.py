@@ -13,10 +13,11 @@ generated once and kept where the gateway keeps its state:
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hippo_core.files import secret_file
 
 if TYPE_CHECKING:  # cluster mode only: psycopg is not loaded for the embedded default
     from hippo_core.postgres import Database
@@ -34,18 +35,9 @@ def file_key(configured: str, data_dir: Path) -> bytes:
     first start."""
     if configured:
         return _decode(configured)
-    path = data_dir / FILE
-    if path.exists():
-        return _decode(path.read_bytes())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_bytes(SIZE)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, base64.b64encode(secret) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return secret
+    return _decode(
+        secret_file(data_dir / FILE, lambda: base64.b64encode(secrets.token_bytes(SIZE)) + b"\n")
+    )
 
 
 def database_key(configured: str, database: Database) -> bytes:
