@@ -24,7 +24,13 @@ class FakeRetrieval(retrieval_pb2_grpc.RetrievalServiceServicer):
         self.requests: list[retrieval_pb2.ReindexRequest] = []
 
     def Status(self, request, context):  # type: ignore[no-untyped-def]
-        return retrieval_pb2.StatusResponse(turns=4, embedding_model="model-a", generation=3)
+        return retrieval_pb2.StatusResponse(
+            turns=4,
+            embedding_model="model-a",
+            generation=3,
+            vectors_outside_graph=12,
+            rebuilding=True,
+        )
 
     def Reindex(self, request, context):  # type: ignore[no-untyped-def]
         self.requests.append(request)
@@ -87,7 +93,9 @@ def test_health_shows_the_live_model_and_generation_of_retrieval(retrieval) -> N
     table = CliRunner().invoke(cli, ["health"], env=env)
     assert table.exit_code == 0, table.output
     (line,) = [x for x in table.stdout.splitlines() if x.startswith("retrieval")]
-    assert line.endswith("SERVING  model model-a, generation 3")
+    assert line.endswith(
+        "SERVING  model model-a, generation 3, 12 vectors outside the graph, rebuilding"
+    )
     as_json = CliRunner().invoke(cli, ["health", "--json"], env=env)
     report = json.loads(as_json.stdout)
     assert report["retrieval"][0] | {"addr": ""} == {
@@ -95,5 +103,7 @@ def test_health_shows_the_live_model_and_generation_of_retrieval(retrieval) -> N
         "status": "SERVING",
         "embedding_model": "model-a",
         "generation": 3,
+        "vectors_outside_graph": 12,
+        "rebuilding": 1,
     }
     assert set(report["gateway"][0]) == {"addr", "status"}  # only retrieval has an index

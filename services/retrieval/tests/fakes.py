@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from hippo_retrieval.domain.models import (
     Candidate,
     Change,
     Deletion,
+    GraphState,
     NewTurn,
     Place,
     Scope,
@@ -148,6 +149,8 @@ class MemoryIndex:
         self.committed = 0
         self.commits = 0
         self.autocommit = False
+        self.in_graph = 0  # as vectors: points a graph build has covered
+        self.graph_builds = 0
 
     def apply(self, changes: Sequence[Change]) -> None:
         for c in changes:
@@ -184,6 +187,13 @@ class MemoryIndex:
             if score > 0:
                 scored.append(Candidate(t.memory_id, score))
         return sorted(scored, key=lambda c: -c.score)[:limit]
+
+    def graph_state(self) -> GraphState:
+        return GraphState(points=len(self.docs), in_graph=min(self.in_graph, len(self.docs)))
+
+    def build_graph(self, cancelled: Callable[[], bool]) -> None:
+        self.graph_builds += 1
+        self.in_graph = len(self.docs)
 
     def close(self) -> None:
         pass

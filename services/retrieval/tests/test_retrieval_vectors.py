@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
+from hippo_retrieval.adapters.edge_graph import GraphBuildCancelled
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex, ShardLockedError
 from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
@@ -534,3 +535,51 @@ def test_metadata_filters_match_the_filter_terms_all_of_them(index: Index) -> No
     assert found(("agent_id", "chef"), ("speaker", "Maya")) == {a.memory_id}
     assert found(("agent_id", "chef"), ("speaker", "Bot")) == set()
     assert found(("speaker", "chef")) == set()  # a value under another key is not a match
+
+
+def test_edge_graph_is_built_in_a_child_and_search_is_unchanged(tmp_path: Path) -> None:
+    """build_graph puts every point in the HNSW graph (qdrant-edge's optimize, run in a
+    child process), and the index then searches, scopes and writes as before."""
+    index = EdgeVectorIndex(tmp_path / "vectors", dimension=DIM)
+    rows = random_units(3000, seed=11)
+    turns = [
+        turn(r, seq=i + 1, user=f"u{i % 2}", tenant="acme" if i % 3 else "other")
+        for i, r in enumerate(rows)
+    ]
+    try:
+        index.apply(turns)
+        before = index.graph_state()
+        assert (before.points, before.in_graph) == (3000, 0)
+        queries = [(t.tenant, t.user, rows[i]) for i, t in enumerate(turns[:50])]
+        expected = [index.search(Scope(tn, u), q, 10) for tn, u, q in queries]
+
+        index.build_graph(lambda: False)
+
+        after = index.graph_state()
+        assert (after.points, after.in_graph, after.outside) == (3000, 3000, 0)
+        assert index.applied_seq() == 3000
+        for (tn, u, q), hits in zip(queries, expected, strict=True):
+            again = index.search(Scope(tn, u), q, 10)
+            assert again[0].memory_id == hits[0].memory_id  # the point itself, first
+            assert {h.memory_id for h in again} <= {
+                t.memory_id for t in turns if (t.tenant, t.user) == (tn, u)
+            }
+        extra = turn(random_units(1, seed=99)[0], seq=3001)
+        index.apply([extra])  # writable again; the new point waits outside the graph
+        assert index.graph_state().outside == 1
+        assert index.search(Scope("acme", "u1"), extra.vector, 1)[0].memory_id == extra.memory_id
+    finally:
+        index.close()
+
+
+def test_a_cancelled_graph_build_raises_and_leaves_the_index_usable(tmp_path: Path) -> None:
+    index = EdgeVectorIndex(tmp_path / "vectors", dimension=DIM)
+    rows = random_units(500, seed=5)
+    try:
+        index.apply([turn(r, seq=i + 1) for i, r in enumerate(rows)])
+        with pytest.raises(GraphBuildCancelled):
+            index.build_graph(lambda: True)
+        assert index.count() == 500
+        assert index.search(Scope("acme", "u1"), rows[7], 1)[0].score == pytest.approx(1, abs=1e-5)
+    finally:
+        index.close()

@@ -150,15 +150,21 @@ def up(settings: CliSettings, cluster: bool, replicas: int | None, tls: bool) ->
 
 async def _index_state(addr: str, tls: TlsSettings) -> dict[str, str | int]:
     """A retrieval replica's live index: its embedding model and generation (after an
-    online model switch, replicas rebuilt one by one differ until the last is done); {}
-    when Status fails (readiness alone decides the exit code)."""
+    online model switch, replicas rebuilt one by one differ until the last is done), the
+    vectors searched outside the graph, and whether a rebuild runs; {} when Status fails
+    (readiness alone decides the exit code)."""
     async with client.channel(addr, tls_settings=tls) as channel:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         try:
             reply = await stub.Status(retrieval_pb2.StatusRequest(), timeout=2.0)
         except grpc.aio.AioRpcError:
             return {}
-    return {"embedding_model": reply.embedding_model, "generation": reply.generation}
+    return {
+        "embedding_model": reply.embedding_model,
+        "generation": reply.generation,
+        "vectors_outside_graph": reply.vectors_outside_graph,
+        "rebuilding": int(reply.rebuilding),
+    }
 
 
 @cli.command()
@@ -192,7 +198,9 @@ def health(settings: CliSettings, as_json: bool) -> None:
             for index, row in enumerate(rows):
                 label = f"{name}-{index}" if len(rows) > 1 else name
                 index_state = (
-                    f"  model {row['embedding_model'] or '-'}, generation {row['generation']}"
+                    f"  model {row['embedding_model'] or '-'}, generation {row['generation']}, "
+                    f"{row['vectors_outside_graph']} vectors outside the graph"
+                    + (", rebuilding" if row["rebuilding"] else "")
                     if "generation" in row
                     else ""
                 )

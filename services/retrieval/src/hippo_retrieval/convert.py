@@ -142,6 +142,8 @@ def status_response(status: Status) -> retrieval_pb2.StatusResponse:
         tenant_turns=status.tenant_turns,
         embedding_model=status.embedding_model,
         generation=status.generation,
+        vectors_outside_graph=status.vectors_outside_graph,
+        rebuilding=status.rebuilding,
     )
 
 

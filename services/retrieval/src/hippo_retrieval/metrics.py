@@ -34,6 +34,16 @@ LAG = Gauge(
     ["index"],
 )
 REINDEXES = Counter("hippo_retrieval_reindexes", "Completed index rebuilds.")
+VECTORS_OUTSIDE_GRAPH = Gauge(
+    "hippo_retrieval_vectors_outside_graph",
+    "Vectors of the live generation that searches score one by one, outside the HNSW "
+    "graph (an edge shard; a background rebuild puts them in at graph_min_points).",
+)
+GRAPH_BUILD_SECONDS = Histogram(
+    "hippo_retrieval_graph_build_seconds",
+    "Time to build an edge shard's HNSW graph during a rebuild.",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 2400),
+)
 TURNS_EMBEDDED = Counter(
     "hippo_retrieval_turns_embedded",
     "Turns embedded here for an index of another model than their stored vector's "

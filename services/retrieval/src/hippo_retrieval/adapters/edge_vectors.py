@@ -33,17 +33,14 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from qdrant_edge import (
     CountRequest,
-    Distance,
-    EdgeConfig,
     EdgeShard,
-    EdgeVectorParams,
     FieldCondition,
     Filter,
     HasIdCondition,
@@ -59,10 +56,13 @@ from qdrant_edge import (
 )
 
 from hippo_core.files import write_atomic
+from hippo_retrieval.adapters import edge_graph
+from hippo_retrieval.adapters.edge_graph import shard_config
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,
     Deletion,
+    GraphState,
     Scope,
     StoredTurn,
     Vector,
@@ -171,7 +171,7 @@ class EdgeVectorIndex:
         self._dimension = dimension
         self._sidecar = self._path.with_name(self._path.name + _SIDECAR_SUFFIX)
         self._lock = threading.Lock()
-        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+        config = shard_config(dimension)
         existed = self._path.is_dir() and any(self._path.iterdir())
         try:
             if existed:
@@ -291,6 +291,31 @@ class EdgeVectorIndex:
         with self._lock:
             hits = self._require().query(request)
         return [Candidate(str((h.payload or {})[MEMORY_ID]), float(h.score)) for h in hits]
+
+    def graph_state(self) -> GraphState:
+        with self._lock:
+            info = self._require().info()
+        return GraphState(points=info.points_count, in_graph=info.indexed_vectors_count)
+
+    def build_graph(self, cancelled: Callable[[], bool]) -> None:
+        """Build the HNSW graph over every point, in a child process (edge_graph.py says
+        why), the shard closed meanwhile: only for an index nobody searches or writes
+        yet (a generation being rebuilt). Reopened afterwards, whatever happened."""
+        with self._lock:
+            shard = self._require()
+            shard.flush()
+            shard.close()
+            self._shard = None
+            try:
+                stats = edge_graph.build(self._path, self._dimension, cancelled)
+            finally:
+                self._shard = EdgeShard.load(str(self._path), shard_config(self._dimension))
+        log.info(
+            "vector graph built: %d of %d points in %.1f s",
+            stats["in_graph"],
+            stats["points"],
+            stats["seconds"],
+        )
 
     def count(self) -> int:
         """Points stored (all tenants): for tests and metrics."""

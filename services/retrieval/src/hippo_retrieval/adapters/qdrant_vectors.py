@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -55,6 +55,7 @@ from hippo_retrieval.domain.models import (
     Candidate,
     Change,
     Deletion,
+    GraphState,
     Scope,
     Vector,
     metadata_term,
@@ -216,6 +217,12 @@ class QdrantVectorIndex:
     def applied_seq(self) -> int:
         with self._lock:
             return self._applied
+
+    def graph_state(self) -> GraphState | None:
+        return None  # the server's optimizer builds the graph as points arrive
+
+    def build_graph(self, cancelled: Callable[[], bool]) -> None:
+        """Nothing to do: the server's optimizer builds it."""
 
     def reload_applied(self) -> int:
         """Read the applied seq back from the collection: another replica may have

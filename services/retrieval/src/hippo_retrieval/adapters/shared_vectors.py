@@ -23,13 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from hippo_core.errors import Unavailable
 from hippo_retrieval import metrics
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
-from hippo_retrieval.domain.models import Candidate, Change, Scope, Vector
+from hippo_retrieval.domain.models import Candidate, Change, GraphState, Scope, Vector
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,12 @@ class LeasedVectorIndex:
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         return self._index.search(scope, vector, limit)
+
+    def graph_state(self) -> GraphState | None:
+        return None  # a Qdrant server's collection: the server builds its graph
+
+    def build_graph(self, cancelled: Callable[[], bool]) -> None:
+        """Nothing to do: the server's optimizer builds it."""
 
     def count(self) -> int:
         return self._index.count()

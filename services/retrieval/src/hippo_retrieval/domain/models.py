@@ -116,6 +116,19 @@ Change = StoredTurn | Deletion
 
 
 @dataclass(frozen=True)
+class GraphState:
+    """How much of a vector index a search can reach through its HNSW graph: the rest is
+    scored exactly, point by point, which grows with the user's points."""
+
+    points: int
+    in_graph: int
+
+    @property
+    def outside(self) -> int:
+        return max(0, self.points - self.in_graph)
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One retriever's result; its rank is its 1-based position in the list."""
 

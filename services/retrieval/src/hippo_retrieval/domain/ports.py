@@ -20,6 +20,7 @@ from hippo_retrieval.domain.models import (
     Change,
     Cursor,
     EmbeddingModel,
+    GraphState,
     NewTurn,
     Place,
     Scope,
@@ -157,6 +158,18 @@ class VectorIndex(Protocol):
     def applied_seq(self) -> int: ...
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]: ...
+
+    def graph_state(self) -> GraphState | None:
+        """Points, and points in the HNSW graph; None where the engine builds its graph
+        itself (a Qdrant server's optimizer)."""
+        ...
+
+    def build_graph(self, cancelled: Callable[[], bool]) -> None:
+        """Put every point in the graph, without stopping searches elsewhere in the
+        process. Only on an index no one searches or writes yet (a generation being
+        rebuilt): the index may be unusable while it runs. Stops early, raising, once
+        `cancelled()` is true."""
+        ...
 
     def close(self) -> None: ...
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -99,6 +100,16 @@ class ProjectionConfig:
     # The metadata keys both indexes hold, as filter terms, and Search and List filter on
     # (settings.filter_keys). Declaring another one needs a reindex for older turns.
     filter_keys: frozenset[str] = frozenset()
+    # Vectors worth an HNSW graph (settings.graph_min_points); 0: always search exactly.
+    graph_min_points: int = 0
+    graph_check_s: float = 30.0  # how often the projector's progress looks at the graph
+
+
+# A live generation gets a background rebuild once the vectors outside its graph reach
+# graph_min_points and half the vectors in it: rebuilding at each 50% of growth keeps all
+# the builds a store ever needs within about three builds of its final size.
+GRAPH_GROWTH = 0.5
+GRAPH_RETRY_S = 600.0  # after a failed graph rebuild
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,8 @@ class Status:
     generation: int
     tenant_turns: int = 0  # of the tenant asked about, if any
     embedding_model: str = ""
+    vectors_outside_graph: int = 0
+    rebuilding: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,7 @@ class RetrievalService:
         self._purge_wanted = False  # an erasure reached the live files since the last rebuild
         self._purge_timer: threading.Timer | None = None
         self._closing = False
+        self._graph_check_at = 0.0  # monotonic time of the next look at the live graph
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -439,6 +453,7 @@ class RetrievalService:
         """The stores' state; with `tenant`, also how many turns that tenant stores."""
         live = self._require_live()
         lexical, vectors = live.lexical.applied_seq(), live.vectors.applied_seq()
+        graph = live.vectors.graph_state()
         return Status(
             last_seq=self._store.last_seq(),
             lexical_seq=lexical,
@@ -449,6 +464,8 @@ class RetrievalService:
             generation=live.number,
             tenant_turns=self._store.tenant_size(tenant) if tenant else 0,
             embedding_model=live.model.name,
+            vectors_outside_graph=graph.outside if graph is not None else 0,
+            rebuilding=self._reindexing,
         )
 
     async def reindex(self, embedding_model: str = "") -> AsyncIterator[ReindexProgress]:
@@ -600,6 +617,8 @@ class RetrievalService:
         """A projector step ended (on its thread)."""
         metrics.record_progress(store_seq, lexical_seq, vector_seq)
         live = self._live
+        if live is not None and live.number == number:
+            self._check_graph(live)
         if self._replicas is None or live is None or live.number != number:
             return  # a generation being rebuilt is not what this replica searches
         self._replicas.progress(min(lexical_seq, vector_seq))
@@ -608,6 +627,44 @@ class RetrievalService:
             # total, the store can (cheaply: its head keeps the count).
             self._store_seq = store_seq
             metrics.TURNS.set(self._store.size())
+
+    def _check_graph(self, live: _Generation) -> None:
+        """Every graph_check_s: start a background rebuild when enough of the live
+        vectors are searched outside the graph (GRAPH_GROWTH says how much is enough)."""
+        now = time.monotonic()
+        if not self._projection.graph_min_points or now < self._graph_check_at:
+            return
+        self._graph_check_at = now + self._projection.graph_check_s
+        state = live.vectors.graph_state()
+        if state is None:
+            return
+        metrics.VECTORS_OUTSIDE_GRAPH.set(state.outside)
+        if state.outside < max(self._projection.graph_min_points, GRAPH_GROWTH * state.in_graph):
+            return
+        with self._lock:
+            if self._closing or self._reindexing:
+                return
+            self._reindexing = True
+        log.info(
+            "%d of %d vectors are outside the graph: rebuilding in the background",
+            state.outside,
+            state.points,
+        )
+        try:
+            self._pool.submit(self._rebuild, lambda *_: None, graph=True)
+        except RuntimeError:  # the pool is shutting down
+            with self._lock:
+                self._reindexing = False
+
+    def _build_graph(self, new: _Generation) -> None:
+        """Give a generation being rebuilt its graph, when it holds enough vectors."""
+        state = new.vectors.graph_state()
+        minimum = self._projection.graph_min_points
+        if state is None or not minimum or state.points < minimum:
+            return
+        start = time.monotonic()
+        new.vectors.build_graph(lambda: self._closing)
+        metrics.GRAPH_BUILD_SECONDS.observe(time.monotonic() - start)
 
     def _wake(self, urgent: bool) -> None:
         """Another replica wrote to the feed (urgent: and waits to see it searchable)."""
@@ -620,17 +677,24 @@ class RetrievalService:
         report: Callable[..., None],
         purge: bool = False,
         model: EmbeddingModel | None = None,
+        graph: bool = False,
     ) -> None:
         try:
             self._switch_to_new_generation(report, model)
         except BaseException:
-            if purge:
-                log.exception("purge after an erasure failed; retrying in 10 s")
-                with self._lock:
-                    self._reindexing = False
-                self._arm_purge(10.0)
+            if not (purge or graph):
+                raise  # the caller's Reindex reports it
+            if self._closing:  # the next start takes it up again
+                log.info("background rebuild stopped: the service is closing")
                 return
-            raise
+            if graph:
+                log.exception("rebuild for the vector graph failed; next try in 10 min")
+                self._graph_check_at = time.monotonic() + GRAPH_RETRY_S
+                return
+            log.exception("purge after an erasure failed; retrying in 10 s")
+            with self._lock:
+                self._reindexing = False
+            self._arm_purge(10.0)
         finally:
             with self._lock:
                 self._reindexing = False
@@ -655,6 +719,8 @@ class RetrievalService:
             applied = new.projector.catch_up(
                 lambda total: report(total, False, new.projector.embedded)
             )
+            self._build_graph(new)  # minutes at 100k vectors: then take what came meanwhile
+            applied += new.projector.catch_up()
             # The switch: the old projector stops, the new one takes the last writes,
             # starts its thread, and becomes live; then the record is made durable.
             old.projector.stop()

@@ -292,7 +292,7 @@ class StatusRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns", "embedding_model", "generation")
+    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns", "embedding_model", "generation", "vectors_outside_graph", "rebuilding")
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_SEQ_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +302,8 @@ class StatusResponse(_message.Message):
     TENANT_TURNS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_OUTSIDE_GRAPH_FIELD_NUMBER: _ClassVar[int]
+    REBUILDING_FIELD_NUMBER: _ClassVar[int]
     last_seq: int
     lexical_seq: int
     vector_seq: int
@@ -311,7 +313,9 @@ class StatusResponse(_message.Message):
     tenant_turns: int
     embedding_model: str
     generation: int
-    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ..., embedding_model: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    vectors_outside_graph: int
+    rebuilding: bool
+    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ..., embedding_model: _Optional[str] = ..., generation: _Optional[int] = ..., vectors_outside_graph: _Optional[int] = ..., rebuilding: _Optional[bool] = ...) -> None: ...
 
 class ReindexRequest(_message.Message):
     __slots__ = ("embedding_model",)
