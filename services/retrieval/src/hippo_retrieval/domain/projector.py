@@ -111,19 +111,25 @@ class Projector:
         *,
         until: int | None = None,
         wait_shared: bool = False,
+        pace: float = 0.0,
     ) -> int:
         """Apply what the indexes missed (synchronously), up to the store's last seq when
         called (or `until`); returns changes applied. Bounded on purpose: with writes
         arriving meanwhile, "until nothing is left" might never come. `progress(total so
         far)` is called after each page, for long rebuilds. `wait_shared`: when another
         replica writes the shared vector index, wait until it got there too (a replica
-        starting up must not serve before its searches see everything)."""
+        starting up must not serve before its searches see everything). `pace`: after
+        each page, sleep this many times as long as the page took (a rebuild beside live
+        indexes: the pages hold the GIL, and searches wait for it)."""
         target = self._store.last_seq() if until is None else until
         total = 0
         since = time.monotonic()
         while self.visible_seq() < target:
+            began = time.monotonic()
             applied = self._step(force_commit=True)
             total += applied
+            if pace and applied:
+                time.sleep(pace * (time.monotonic() - began))
             if progress is not None and applied:
                 progress(total)
             if applied == 0:

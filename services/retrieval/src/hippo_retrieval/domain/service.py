@@ -110,6 +110,9 @@ class ProjectionConfig:
 # the builds a store ever needs within about three builds of its final size.
 GRAPH_GROWTH = 0.5
 GRAPH_RETRY_S = 600.0  # after a failed graph rebuild
+# A rebuild fills the new indexes at half speed (it sleeps as long as each page took):
+# searches on the live ones share the process's GIL with it.
+REBUILD_PACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -717,10 +720,10 @@ class RetrievalService:
         new.purge_floor = floor
         try:
             applied = new.projector.catch_up(
-                lambda total: report(total, False, new.projector.embedded)
+                lambda total: report(total, False, new.projector.embedded), pace=REBUILD_PACE
             )
             self._build_graph(new)  # minutes at 100k vectors: then take what came meanwhile
-            applied += new.projector.catch_up()
+            applied += new.projector.catch_up(pace=REBUILD_PACE)
             # The switch: the old projector stops, the new one takes the last writes,
             # starts its thread, and becomes live; then the record is made durable.
             old.projector.stop()
