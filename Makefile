@@ -103,6 +103,13 @@ deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, 
 images: ## Build the six service images with podman (base image from Debian's packages)
 	scripts/podman_images.sh
 
+constraints: $(STAMP) ## Pin the images' dependencies to this venv's versions (deploy/constraints.txt)
+	{ echo "# The versions the images install (pip -c): those of a venv that passed make test."; \
+	  echo "# Regenerate with 'make constraints' after changing a dependency. torch is not"; \
+	  echo "# here: each torch image installs torch==2.13.0 from the index of its variant."; \
+	  $(BIN)/pip freeze --exclude-editable --disable-pip-version-check | grep -v '^torch=='; \
+	} > deploy/constraints.txt
+
 compose-up: $(STAMP) ## Run the images in one podman pod as compose.yaml describes them (CLUSTER=1: with PostgreSQL)
 	$(BIN)/python scripts/podman_cluster.py up $(if $(CLUSTER),--postgres)
 
@@ -112,4 +119,4 @@ compose-down: $(STAMP) ## Stop the podman pod gracefully (keeps the volumes)
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check images compose-up compose-down clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check images constraints compose-up compose-down clean

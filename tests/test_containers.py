@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 from prometheus_tools import PROMTOOL, needs_promtool
 
 from hippo_cli.registry import SERVICES
@@ -166,6 +169,46 @@ def test_image_installs_every_local_dependency_from_its_path(name: str) -> None:
         assert f"/src/{LOCAL_PATHS[pkg]}" in installs.split(), pkg
 
 
+CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
+
+
+def _pins() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, sep, version = line.partition("==")
+        assert sep and name and version, f"not name==version: {line!r}"
+        pins[canonicalize_name(name)] = Version(version)
+    return pins
+
+
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_image_installs_the_pinned_versions(name: str) -> None:
+    """pip resolves the newest version of every dependency unless told otherwise: the
+    image installs with deploy/constraints.txt (`make constraints`), which pins each
+    third-party dependency of the service and of hippo-core and hippo-proto, at a
+    version their own specifiers allow. torch is pinned by its own install step."""
+    steps = instructions(ROOT / "services" / name / "Dockerfile")
+    assert ("COPY", "deploy/constraints.txt /src/constraints.txt") in steps
+    installs = [a for k, a in steps if k == "RUN" and f"/src/services/{name}" in a.split()]
+    assert installs and all("-c /src/constraints.txt" in a for a in installs)
+    pins = _pins()
+    assert "torch" not in pins and not any(p.startswith("hippo-") for p in pins)
+    for path in ("libs/proto", "libs/core", f"services/{name}"):
+        project = tomllib.loads((ROOT / path / "pyproject.toml").read_text())["project"]
+        for spec in project["dependencies"]:
+            req = Requirement(spec)
+            if req.name.startswith("hippo-") or (req.marker and not req.marker.evaluate()):
+                continue
+            if req.name == "torch":  # from the variant's index, in a step of its own
+                assert any(k == "RUN" and "torch==2.13.0" in a for k, a in steps), path
+                continue
+            pin = pins.get(canonicalize_name(req.name))
+            assert pin is not None, f"{path}: {req.name} is not in {CONSTRAINTS.name}"
+            assert req.specifier.contains(pin, prereleases=True), f"{path}: {req} vs {pin}"
+
+
 def test_injection_documents_its_cuda_variant() -> None:
     text = (ROOT / "services" / "injection" / "Dockerfile").read_text()
     steps = instructions(ROOT / "services" / "injection" / "Dockerfile")
@@ -180,6 +223,7 @@ def test_injection_documents_its_cuda_variant() -> None:
 def test_dockerignore_keeps_local_state_out() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", "var", ".git"} <= set(ignored)
+    assert "!deploy/constraints.txt" in ignored  # the one file of deploy/ images need
 
 
 # ---- compose ---------------------------------------------------------------------------
