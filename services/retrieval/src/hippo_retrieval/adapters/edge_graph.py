@@ -57,7 +57,6 @@ def build(path: Path, dimension: int, cancelled: Callable[[], bool]) -> dict[str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: os.nice(NICENESS),
     )
     while True:
         if cancelled():
