@@ -43,7 +43,7 @@ from hippo_cli.settings import CliSettings
 from hippo_core import client
 from hippo_embedding.adapters import load
 from hippo_embedding.settings import EmbeddingSettings
-from hippo_retrieval.domain.service import GRAPH_GROWTH
+from hippo_retrieval.domain.models import GraphState
 from hippo_retrieval.settings import RetrievalSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,11 +145,10 @@ async def index_status(addr: str) -> retrieval_pb2.StatusResponse:
 
 async def graph_settled(addr: str, minimum: int) -> bool:
     """No rebuild running, and too few vectors outside the graph for the service to start
-    one (its rule: graph_min_points, and GRAPH_GROWTH of those in the graph)."""
+    one (its own rule, GraphState.due; every turn has a vector here)."""
     status = await index_status(addr)
-    outside = status.vectors_outside_graph
-    enough = max(minimum, GRAPH_GROWTH * (status.turns - outside))
-    return not status.rebuilding and outside < enough
+    state = GraphState(points=status.turns, in_graph=status.turns - status.vectors_outside_graph)
+    return not status.rebuilding and not state.due(minimum)
 
 
 async def reindex(addr: str) -> float:

@@ -125,3 +125,12 @@ async def test_below_the_minimum_no_rebuild_starts(tmp_path: Path) -> None:
     finally:
         service.close()
     assert live_graph(tmp_path).in_graph == 0
+
+
+def test_a_rebuild_is_due_at_the_minimum_and_at_half_the_graph() -> None:
+    assert not GraphState(points=19_999, in_graph=0).due(20_000)
+    assert GraphState(points=20_000, in_graph=0).due(20_000)
+    assert not GraphState(points=20_000, in_graph=0).due(0)  # 0: never
+    # 100k in the graph: due at 50k outside, not at 49,999 (the minimum alone is not enough)
+    assert not GraphState(points=149_999, in_graph=100_000).due(20_000)
+    assert GraphState(points=150_000, in_graph=100_000).due(20_000)

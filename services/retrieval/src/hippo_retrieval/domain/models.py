@@ -115,6 +115,12 @@ class Deletion:
 Change = StoredTurn | Deletion
 
 
+# A live generation gets a background rebuild once the vectors outside its graph reach
+# graph_min_points and half the vectors in it: rebuilding at each 50% of growth keeps all
+# the builds a store ever needs within about three builds of its final size.
+GRAPH_GROWTH = 0.5
+
+
 @dataclass(frozen=True)
 class GraphState:
     """How much of a vector index a search can reach through its HNSW graph: the rest is
@@ -126,6 +132,11 @@ class GraphState:
     @property
     def outside(self) -> int:
         return max(0, self.points - self.in_graph)
+
+    def due(self, minimum: int) -> bool:
+        """Enough vectors outside the graph for a background rebuild: `minimum`
+        (graph_min_points; 0 never) and GRAPH_GROWTH of those in the graph."""
+        return bool(minimum) and self.outside >= max(minimum, GRAPH_GROWTH * self.in_graph)
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,6 @@ class ProjectionConfig:
     graph_check_s: float = 30.0  # how often the projector's progress looks at the graph
 
 
-# A live generation gets a background rebuild once the vectors outside its graph reach
-# graph_min_points and half the vectors in it: rebuilding at each 50% of growth keeps all
-# the builds a store ever needs within about three builds of its final size.
-GRAPH_GROWTH = 0.5
 GRAPH_RETRY_S = 600.0  # after a failed graph rebuild
 # A rebuild fills the new indexes at half speed (it sleeps as long as each page took):
 # searches on the live ones share the process's GIL with it.
@@ -633,7 +629,7 @@ class RetrievalService:
 
     def _check_graph(self, live: _Generation) -> None:
         """Every graph_check_s: start a background rebuild when enough of the live
-        vectors are searched outside the graph (GRAPH_GROWTH says how much is enough)."""
+        vectors are searched outside the graph (GraphState.due says how many)."""
         now = time.monotonic()
         if not self._projection.graph_min_points or now < self._graph_check_at:
             return
@@ -642,7 +638,7 @@ class RetrievalService:
         if state is None:
             return
         metrics.VECTORS_OUTSIDE_GRAPH.set(state.outside)
-        if state.outside < max(self._projection.graph_min_points, GRAPH_GROWTH * state.in_graph):
+        if not state.due(self._projection.graph_min_points):
             return
         with self._lock:
             if self._closing or self._reindexing:
