@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from qdrant_edge import (
     CountRequest,
+    EdgeConfig,
     EdgeShard,
     FieldCondition,
     Filter,
@@ -161,17 +162,19 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data).encode("utf-8"))
 
 
-class EdgeVectorIndex:
-    """`VectorIndex` over an in-process Qdrant edge shard at `path`."""
+class EdgeIndex:
+    """What an index over an edge shard does whatever its points hold (the dense vectors
+    here, the sparse BM25 vectors of sparse_lexical.py): open or create the shard, its
+    payload indexes, the applied-seq sidecar, ordered tenant-safe writes, close.
+    A subclass gives `_point_vector` (a turn's vector(s); None: no point) and searches."""
 
-    def __init__(self, path: Path, dimension: int = 384) -> None:
-        if dimension <= 0:
-            raise ValueError("dimension must be positive")
+    _what = "index shard"
+
+    def __init__(self, path: Path, config: EdgeConfig) -> None:
         self._path = Path(path)
-        self._dimension = dimension
+        self._config = config
         self._sidecar = self._path.with_name(self._path.name + _SIDECAR_SUFFIX)
         self._lock = threading.Lock()
-        config = shard_config(dimension)
         existed = self._path.is_dir() and any(self._path.iterdir())
         try:
             if existed:
@@ -183,7 +186,7 @@ class EdgeVectorIndex:
         except Exception as exc:  # the engine raises plain Exception with a message
             if "WAL" in str(exc) and "WouldBlock" in str(exc):
                 raise ShardLockedError(
-                    f"vector shard {self._path} is in use by another EdgeVectorIndex "
+                    f"{self._what} {self._path} is in use by another {type(self).__name__} "
                     f"(its WAL is locked; one owner per shard): {exc}"
                 ) from exc
             raise
@@ -231,7 +234,7 @@ class EdgeVectorIndex:
 
     def _require(self) -> EdgeShard:
         if self._shard is None:
-            raise RuntimeError(f"EdgeVectorIndex {self._path} is closed")
+            raise RuntimeError(f"{type(self).__name__} {self._path} is closed")
         return self._shard
 
     def apply(self, changes: Sequence[Change]) -> None:
@@ -246,12 +249,11 @@ class EdgeVectorIndex:
             for change in group:
                 if isinstance(change, Deletion):
                     deletions.append(change)
-                elif change.vector is not None:
-                    row = vector_list(change.vector, self._dimension, change.memory_id)
-                    if row is None:
-                        log.warning("turn %s has a zero or non-finite vector", change.memory_id)
+                else:
+                    vector = self._point_vector(change)
+                    if vector is None:
                         continue
-                    point = Point(point_id(change.memory_id), row, payload(change))
+                    point = Point(point_id(change.memory_id), vector, payload(change))
                     points.setdefault(change.tenant, []).append(point)
             for tenant, batch in points.items():
                 # Conditional upsert: a new id is inserted, an existing one is replaced
@@ -269,12 +271,54 @@ class EdgeVectorIndex:
                 write_json_atomic(self._sidecar, {"applied_seq": last})
                 self._applied = last
 
+    def _point_vector(self, turn: StoredTurn) -> Any:
+        raise NotImplementedError
+
     def writable(self) -> bool:
         return True  # one owner per shard: always this process
 
     def applied_seq(self) -> int:
         with self._lock:
             return self._applied
+
+    def _query(self, request: QueryRequest) -> list[Any]:
+        with self._lock:
+            return list(self._require().query(request))
+
+    def count(self) -> int:
+        """Points stored (all tenants): for tests and metrics."""
+        with self._lock:
+            return int(self._require().count(CountRequest(exact=True)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._shard is None:
+                return
+            shard, self._shard = self._shard, None
+            try:
+                shard.flush()
+            finally:
+                shard.close()
+
+
+class EdgeVectorIndex(EdgeIndex):
+    """`VectorIndex` over an in-process Qdrant edge shard at `path`."""
+
+    _what = "vector shard"
+
+    def __init__(self, path: Path, dimension: int = 384) -> None:
+        if dimension <= 0:
+            raise ValueError("dimension must be positive")
+        self._dimension = dimension
+        super().__init__(path, shard_config(dimension))
+
+    def _point_vector(self, turn: StoredTurn) -> list[float] | None:
+        if turn.vector is None:
+            return None
+        row = vector_list(turn.vector, self._dimension, turn.memory_id)
+        if row is None:
+            log.warning("turn %s has a zero or non-finite vector", turn.memory_id)
+        return row
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         if limit <= 0:
@@ -288,8 +332,7 @@ class EdgeVectorIndex:
             filter=scope_filter(scope),
             with_payload=[MEMORY_ID],
         )
-        with self._lock:
-            hits = self._require().query(request)
+        hits = self._query(request)
         return [Candidate(str((h.payload or {})[MEMORY_ID]), float(h.score)) for h in hits]
 
     def graph_state(self) -> GraphState:
@@ -309,28 +352,13 @@ class EdgeVectorIndex:
             try:
                 stats = edge_graph.build(self._path, self._dimension, cancelled)
             finally:
-                self._shard = EdgeShard.load(str(self._path), shard_config(self._dimension))
+                self._shard = EdgeShard.load(str(self._path), self._config)
         log.info(
             "vector graph built: %d of %d points in %.1f s",
             stats["in_graph"],
             stats["points"],
             stats["seconds"],
         )
-
-    def count(self) -> int:
-        """Points stored (all tenants): for tests and metrics."""
-        with self._lock:
-            return int(self._require().count(CountRequest(exact=True)))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._shard is None:
-                return
-            shard, self._shard = self._shard, None
-            try:
-                shard.flush()
-            finally:
-                shard.close()
 
 
 def tenant_is(tenant: str) -> Filter:

@@ -57,6 +57,7 @@ from hippo_retrieval.domain.models import (
     Deletion,
     GraphState,
     Scope,
+    StoredTurn,
     Vector,
     metadata_term,
 )
@@ -67,8 +68,12 @@ APPLIED_SEQ = "applied_seq"
 log = logging.getLogger(__name__)
 
 
-class QdrantVectorIndex:
-    """`VectorIndex` over the collection `collection` of a Qdrant server.
+class QdrantIndex:
+    """What an index over a Qdrant collection does whatever its points hold (the dense
+    vectors here, the sparse BM25 vectors of sparse_lexical.py): the collection and its
+    payload indexes, the applied seq in `<collection>_meta`, ordered tenant-safe writes.
+    A subclass gives the collection's vectors (`_vectors`, `_sparse`), `_point_vector`
+    (a turn's vector(s); None: no point) and searches.
 
     Takes ownership of `client`: `close()` closes it. Writes always hold the lock.
     `concurrent_searches=True` lets searches run outside it, which is right for a server
@@ -77,28 +82,18 @@ class QdrantVectorIndex:
     the client; hence the safe default False."""
 
     def __init__(
-        self,
-        client: QdrantClient,
-        collection: str = "hippo_turns",
-        dimension: int = 384,
-        *,
-        concurrent_searches: bool = False,
+        self, client: QdrantClient, collection: str, *, concurrent_searches: bool = False
     ) -> None:
-        if dimension <= 0:
-            raise ValueError("dimension must be positive")
         self._client = client
         self._collection = collection
         self._meta = f"{collection}_meta"
-        self._dimension = dimension
         self._lock = threading.Lock()  # serialises writes (apply), close, and maybe searches
         self._concurrent_searches = concurrent_searches
         self._closed = False
-        created = self._ensure_collection(
-            collection, models.VectorParams(size=dimension, distance=models.Distance.COSINE)
-        )
+        created = self._ensure_collection(collection, self._vectors(), self._sparse())
         self._ensure_indexes()
         self._ensure_collection(
-            self._meta, models.VectorParams(size=1, distance=models.Distance.COSINE)
+            self._meta, models.VectorParams(size=1, distance=models.Distance.COSINE), None
         )
         if created:
             self._write_applied(0)
@@ -106,29 +101,43 @@ class QdrantVectorIndex:
         else:
             self._applied = self._read_applied()
 
+    def _vectors(self) -> models.VectorParams | dict[str, models.VectorParams]:
+        raise NotImplementedError
+
+    def _sparse(self) -> dict[str, models.SparseVectorParams] | None:
+        return None
+
+    def _point_vector(self, turn: StoredTurn) -> Any:
+        raise NotImplementedError
+
     @property
     def collection(self) -> str:
         return self._collection
 
-    def _ensure_collection(self, name: str, params: models.VectorParams) -> bool:
+    def _ensure_collection(
+        self,
+        name: str,
+        vectors: models.VectorParams | dict[str, models.VectorParams],
+        sparse: dict[str, models.SparseVectorParams] | None,
+    ) -> bool:
         """Create `name` if missing (True if this call created it); check it otherwise."""
         if not self._client.collection_exists(name):
             try:
-                self._client.create_collection(name, vectors_config=params)
+                self._client.create_collection(
+                    name, vectors_config=vectors, sparse_vectors_config=sparse
+                )
                 return True
             except Exception:
                 if not self._client.collection_exists(name):
                     raise
                 # another replica created it between our check and our create
-        have = self._client.get_collection(name).config.params.vectors
-        if (
-            not isinstance(have, models.VectorParams)
-            or have.size != params.size
-            or have.distance != params.distance
+        params = self._client.get_collection(name).config.params
+        if not _same_vectors(params.vectors, vectors) or not _same_sparse(
+            params.sparse_vectors, sparse
         ):
             raise ValueError(
-                f"Qdrant collection {name!r} has vectors {have!r}; expected one unnamed "
-                f"vector of size {params.size} with {params.distance.value} distance"
+                f"Qdrant collection {name!r} has vectors {params.vectors!r} and sparse "
+                f"vectors {params.sparse_vectors!r}; expected {vectors!r} and {sparse!r}"
             )
         return False
 
@@ -167,7 +176,7 @@ class QdrantVectorIndex:
 
     def _require_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"QdrantVectorIndex {self._collection!r} is closed")
+            raise RuntimeError(f"{type(self).__name__} {self._collection!r} is closed")
 
     def apply(self, changes: Sequence[Change]) -> None:
         if not changes:
@@ -181,14 +190,13 @@ class QdrantVectorIndex:
             for change in group:
                 if isinstance(change, Deletion):
                     deletions.append(change)
-                elif change.vector is not None:
-                    row = vector_list(change.vector, self._dimension, change.memory_id)
-                    if row is None:
-                        log.warning("turn %s has a zero or non-finite vector", change.memory_id)
+                else:
+                    vector = self._point_vector(change)
+                    if vector is None:
                         continue
                     points.setdefault(change.tenant, []).append(
                         models.PointStruct(
-                            id=point_id(change.memory_id), vector=row, payload=payload(change)
+                            id=point_id(change.memory_id), vector=vector, payload=payload(change)
                         )
                     )
             for tenant, batch in points.items():
@@ -232,33 +240,29 @@ class QdrantVectorIndex:
             self._applied = self._read_applied()
             return self._applied
 
-    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
-        if limit <= 0:
-            return []
-        query = vector_list(vector, self._dimension, "the query")
-        if query is None:
-            return []  # no direction: nothing is nearer than anything else
-        query_filter = scope_filter(scope)
-        if self._concurrent_searches:
-            self._require_open()
-            points = self._query(query, query_filter, limit)
-        else:
-            with self._lock:
-                self._require_open()
-                points = self._query(query, query_filter, limit)
-        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
-
     def _query(
-        self, query: list[float], query_filter: models.Filter, limit: int
+        self,
+        query: Any,
+        using: str | None,
+        query_filter: models.Filter,
+        limit: int,
+        fields: list[str],
     ) -> list[models.ScoredPoint]:
-        response = self._client.query_points(
-            self._collection,
-            query=query,
-            query_filter=query_filter,
-            limit=limit,
-            with_payload=[MEMORY_ID],
-        )
-        return response.points
+        def run() -> list[models.ScoredPoint]:
+            self._require_open()
+            return self._client.query_points(
+                self._collection,
+                query=query,
+                using=using,
+                query_filter=query_filter,
+                limit=limit,
+                with_payload=fields,
+            ).points
+
+        if self._concurrent_searches:
+            return run()
+        with self._lock:
+            return run()
 
     def count(self) -> int:
         """Points stored (all tenants): for tests and metrics."""
@@ -272,6 +276,44 @@ class QdrantVectorIndex:
                 return
             self._closed = True
             self._client.close()
+
+
+class QdrantVectorIndex(QdrantIndex):
+    """`VectorIndex` over the collection `collection` of a Qdrant server (one unnamed
+    dense vector per point)."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str = "hippo_turns",
+        dimension: int = 384,
+        *,
+        concurrent_searches: bool = False,
+    ) -> None:
+        if dimension <= 0:
+            raise ValueError("dimension must be positive")
+        self._dimension = dimension
+        super().__init__(client, collection, concurrent_searches=concurrent_searches)
+
+    def _vectors(self) -> models.VectorParams:
+        return models.VectorParams(size=self._dimension, distance=models.Distance.COSINE)
+
+    def _point_vector(self, turn: StoredTurn) -> list[float] | None:
+        if turn.vector is None:
+            return None
+        row = vector_list(turn.vector, self._dimension, turn.memory_id)
+        if row is None:
+            log.warning("turn %s has a zero or non-finite vector", turn.memory_id)
+        return row
+
+    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        query = vector_list(vector, self._dimension, "the query")
+        if query is None:
+            return []  # no direction: nothing is nearer than anything else
+        points = self._query(query, None, scope_filter(scope), limit, [MEMORY_ID])
+        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
 
 
 def _tenant_is(tenant: str) -> models.Filter:
@@ -314,3 +356,23 @@ def scope_filter(scope: Scope) -> models.Filter:
             models.FieldCondition(key=TIME, range=models.Range(gte=scope.start_us, lt=scope.end_us))
         )
     return models.Filter(must=must)
+
+
+def _same_vectors(have: Any, want: models.VectorParams | dict[str, models.VectorParams]) -> bool:
+    if isinstance(want, models.VectorParams):
+        return (
+            isinstance(have, models.VectorParams)
+            and have.size == want.size
+            and have.distance == want.distance
+        )
+    have = have or {}
+    return isinstance(have, dict) and set(have) == set(want)
+
+
+def _same_sparse(have: Any, want: dict[str, models.SparseVectorParams] | None) -> bool:
+    have, want = have or {}, want or {}
+    return set(have) == set(want) and all(
+        (have[name].modifier or models.Modifier.NONE)
+        == (want[name].modifier or models.Modifier.NONE)
+        for name in want
+    )

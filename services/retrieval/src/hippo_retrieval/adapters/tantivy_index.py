@@ -5,19 +5,13 @@ Schema. `memory_id` (raw string, stored: the only thing a hit reads back), `tena
 filters), `time_us` (i64, indexed and fast, for range filters), and two analyses of the
 turn text, neither stored (the turn store holds the text):
 
-* `text`: prose. Tantivy's simple tokenizer (splits on anything not alphanumeric), drop
-  tokens over 40 bytes, lowercase, English Snowball stemmer: the same chain as Tantivy's
-  built-in `en_stem`, so "running" finds "runs". Positions are kept (phrase queries later).
-* `exact`: identifiers. A regex tokenizer whose tokens are whitespace-separated runs
-  trimmed to start and end on a letter, digit or underscore, then lowercased (tokens over
-  255 bytes dropped). `handleSubmit(` -> `handlesubmit`, `ERR_CONNECTION_REFUSED:` ->
-  `err_connection_refused`, `(v2.14.1)` -> `v2.14.1`, `"src/app/main.py"` ->
-  `src/app/main.py`. In `text` the same strings fall apart into common pieces (`v2`, `14`,
-  `1`; `src`, `app`, `main`, `py`), which match every version number or path; in `exact`
-  they stay one rare term, so the turn that contains the exact form scores far above
-  turns that merely share its pieces. Frequencies only, no positions.
+* `text`: prose, stemmed, positions kept (phrase queries later).
+* `exact`: identifiers, frequencies only.
 
-Both chains are built here as `TextAnalyzer`s and registered on the index under
+The analyses are analysis.py's (shared with the sparse index, so both see the very same
+terms); this module registers them on the index.
+
+Both chains are registered on the index as `TextAnalyzer`s under
 versioned names, so indexing and querying run the very same analyzer (Tantivy keeps no
 custom tokenizer on disk: they are registered on every open; a document added without
 them fails loudly, "Error getting tokenizer"). A changed chain must get a new name.
@@ -25,22 +19,17 @@ them fails loudly, "Error getting tokenizer"). A changed chain must get a new na
 Queries never go through Tantivy's query parser: `parse_query` raises on ordinary text
 (`handleSubmit(`, unbalanced quotes, `foo AND`) and `parse_query_lenient` lets text reach
 other fields (`user_id:x`) or match everything (`*`). Instead the query text goes through
-the fields' own analyzers (`TextAnalyzer.analyze`): every distinct `text` token becomes a
-term query on `text`; every query token that looks like an identifier (see
-`looks_like_identifier`: inner punctuation, letters with digits, inner capitals) becomes
-a term query on `exact`, boosted by EXACT_BOOST. Plain words get no `exact` clause, so a
-filler word in "where is handleSubmit defined?" cannot outweigh the identifier. All are
+the fields' own analyzers (`Analysis.query_terms`): every distinct `text` token becomes a
+term query on `text`; every identifier token becomes a term query on `exact`, boosted by
+EXACT_BOOST. All are
 ORed (Should) inside one Must clause; a text with no tokens (`*`, `~`, emoji only)
 returns [] without searching. The scope is a second Must clause: term queries on tenant
 and user always, session when given, a Should of the roles when given, a range on
 time_us when given, a term per metadata filter pair (`meta`, below), all wrapped in a
-constant score of 0 so the reported score is the
-text's BM25 alone. Operators, colons, quotes and wildcards are therefore only characters
-the analyzers split on; no text can widen the scope. Query text is cut to
-MAX_QUERY_CHARS and MAX_QUERY_TERMS distinct terms per field, so a pasted log still
-searches in bounded time (10 KB of distinct words over 100k turns: about 70 ms on 2
-cores; a short query: 0.2 ms). Lone surrogates, which Python strings allow and Rust
-strings reject, are replaced before analysis (turn text too).
+constant score of 0 so the reported score is the text's BM25 alone. Operators, colons,
+quotes and wildcards are therefore only characters the analyzers split on; no text can
+widen the scope. 10 KB of distinct words over 100k turns searches in about 70 ms on 2
+cores; a short query in 0.2 ms.
 
 Writes. One IndexWriter for the index's lifetime (Tantivy allows one per index; a second
 `TantivyIndex` on the same path raises IndexLockedError), guarded by a lock. A written
@@ -64,7 +53,7 @@ them away; the text itself is never stored here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -72,7 +61,6 @@ from typing import Any
 from tantivy import (
     Document,
     FieldType,
-    Filter,
     Index,
     IndexWriter,
     Occur,
@@ -80,12 +68,9 @@ from tantivy import (
     Schema,
     SchemaBuilder,
     Searcher,
-    TextAnalyzer,
-    TextAnalyzerBuilder,
-    Tokenizer,
 )
 
-from hippo_retrieval.adapters import stopwords
+from hippo_retrieval.adapters.analysis import EXACT_BOOST, Analysis, clean_text
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,
@@ -111,7 +96,6 @@ APPLIED_SEQ_KEY = "applied_seq"
 TEXT_TOKENIZER = "hippo_en_stem_v1"
 EXACT_TOKENIZER = "hippo_exact_v1"
 
-EXACT_BOOST = 2.0
 # Typo repair (`typos=True`): a query term of this many letters or more that no document
 # holds is replaced by the terms one edit away that documents do hold, weighted by this
 # (a guess counts for less than a word the user typed right).
@@ -119,53 +103,10 @@ TYPO_MIN_CHARS = 4
 TYPO_WEIGHT = 0.8
 TYPO_MAX_TERMS = 16  # unknown query terms repaired per query (a pasted log has many)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
-MAX_QUERY_CHARS = 32_768
-MAX_QUERY_TERMS = 4096  # distinct terms per field
-
-# A token: a whitespace-free run that starts and ends on a letter, digit or underscore
-# (leftmost-first, greedy: surrounding punctuation is trimmed, inner punctuation kept).
-_EXACT_PATTERN = r"[\p{L}\p{N}_](?:\S*[\p{L}\p{N}_])?"
 
 
 class IndexLockedError(RuntimeError):
     """Another IndexWriter (this process or another) already owns the index directory."""
-
-
-def text_analyzer(*, stop_words: frozenset[str] = frozenset()) -> TextAnalyzer:
-    """The `text` field's chain: Tantivy's `en_stem` (simple, remove_long 40, lowercase,
-    English stemmer). With `stop_words` (query side only) they go before stemming."""
-    builder = (
-        TextAnalyzerBuilder(Tokenizer.simple())
-        .filter(Filter.remove_long(40))
-        .filter(Filter.lowercase())
-    )
-    if stop_words:
-        builder = builder.filter(Filter.custom_stopword(sorted(stop_words)))
-    return builder.filter(Filter.stemmer("english")).build()
-
-
-def exact_analyzer(*, lowercase: bool = True) -> TextAnalyzer:
-    """The `exact` field's chain: punctuation-trimmed whitespace tokens, lowercased.
-    Without `lowercase` it keeps the case, which the query side reads to tell
-    identifiers from words."""
-    builder = TextAnalyzerBuilder(Tokenizer.regex(_EXACT_PATTERN)).filter(Filter.remove_long(255))
-    if lowercase:
-        builder = builder.filter(Filter.lowercase())
-    return builder.build()
-
-
-def looks_like_identifier(token: str) -> bool:
-    """True for tokens that are more than a plain word: inner punctuation or underscore
-    (`ERR_CONNECTION_REFUSED`, `v2.14.1`, `src/app/main.py`, `user_id:x`), letters mixed
-    with digits (`v2`, `sha256`), or an upper-case letter after the first (`handleSubmit`,
-    `NASA`). Plain words and plain numbers are left to the stemmed `text` field."""
-    has_letter = any(c.isalpha() for c in token)
-    has_digit = any(c.isdigit() for c in token)
-    return (
-        any(not c.isalnum() for c in token)
-        or (has_letter and has_digit)
-        or any(c.isupper() for c in token[1:])
-    )
 
 
 def build_schema() -> Schema:
@@ -181,25 +122,6 @@ def build_schema() -> Schema:
     return sb.build()
 
 
-def clean_text(text: str) -> str:
-    """`text` as valid UTF-8: lone surrogates (which Rust strings reject) become '?'."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
-def _distinct(tokens: Iterable[str], limit: int) -> list[str]:
-    seen: dict[str, None] = {}
-    for token in tokens:
-        if token:
-            seen.setdefault(token, None)
-            if len(seen) >= limit:
-                break
-    return list(seen)
-
-
 class TantivyIndex:
     """`LexicalIndex` over a Tantivy index in the directory `path` (created if missing)."""
 
@@ -212,13 +134,10 @@ class TantivyIndex:
         self._schema = build_schema()
         # Opens the index if one exists (Tantivy refuses a different schema), else creates it.
         self._index = Index(self._schema, path=str(self._path), reuse=True)
-        self._text_analyzer = text_analyzer()
-        self._query_analyzer = text_analyzer(stop_words=stopwords.ENGLISH)  # query side only
-        self._exact_analyzer = exact_analyzer()
-        self._raw_exact_analyzer = exact_analyzer(lowercase=False)  # query side only
+        self._analysis = Analysis()
         # Registered before the writer exists, on every open: Tantivy does not persist them.
-        self._index.register_tokenizer(TEXT_TOKENIZER, self._text_analyzer)
-        self._index.register_tokenizer(EXACT_TOKENIZER, self._exact_analyzer)
+        self._index.register_tokenizer(TEXT_TOKENIZER, self._analysis.text)
+        self._index.register_tokenizer(EXACT_TOKENIZER, self._analysis.exact)
         self._lock = threading.Lock()
         try:
             self._writer: IndexWriter | None = self._index.writer(
@@ -373,13 +292,10 @@ class TantivyIndex:
         return max((int(s) for s in seqs if isinstance(s, int)), default=0)
 
     def _text_query(self, query: str, searcher: Searcher) -> Query | None:
-        text = clean_text(query[:MAX_QUERY_CHARS])
+        terms = self._analysis.query_terms(query)
         clauses: list[tuple[Occur, Query]] = []
-        terms = _distinct(self._query_analyzer.analyze(text), MAX_QUERY_TERMS)
-        if not terms:  # only stop words ("who are you?"): then they are the query
-            terms = _distinct(self._text_analyzer.analyze(text), MAX_QUERY_TERMS)
         repairs = TYPO_MAX_TERMS if self._typos else 0
-        for token in terms:
+        for token in terms.text:
             if repairs and len(token) >= TYPO_MIN_CHARS and not searcher.doc_freq(TEXT, token):
                 repairs -= 1
                 known = [t for t in _one_edit(token) if searcher.doc_freq(TEXT, t)]
@@ -390,14 +306,7 @@ class TantivyIndex:
                     clauses.append((Occur.Should, Query.boost_query(repaired, TYPO_WEIGHT)))
                     continue
             clauses.append((Occur.Should, self._term(TEXT, token)))
-        identifiers = (
-            token
-            for raw in self._raw_exact_analyzer.analyze(text)
-            if looks_like_identifier(raw)
-            # The index's own analyzer on the raw token: the term exactly as indexed.
-            for token in self._exact_analyzer.analyze(raw)
-        )
-        for token in _distinct(identifiers, MAX_QUERY_TERMS):
+        for token in terms.exact:
             clauses.append((Occur.Should, Query.boost_query(self._term(EXACT, token), EXACT_BOOST)))
         if not clauses:
             return None

@@ -1,0 +1,224 @@
+"""The lexical index on Qdrant sparse vectors: BM25 in the Qdrant engine itself.
+
+Why: Tantivy is a file on one replica's disk; a Qdrant cluster shards and replicates
+what it holds. With BM25 in Qdrant too, a retrieval replica keeps no index of its own
+(docs/recall.md, "BM25 in Qdrant"). Tantivy stays the BM25 engine of `make run`.
+
+Analysis. The very same terms as the Tantivy index (analysis.py: its tokenizers, stemmer
+and stop words, through Tantivy's own analyzers): the turn's context document (date,
+speaker, previous turn, attachment: documents.py) in `text`, the turn's own words in
+`exact`.
+
+One sparse vector, two term spaces. A term's dimension is a 32-bit hash of its field and
+the term (`term_id`), so `text:run` and `exact:run` are different dimensions; both
+fields live in one sparse vector `lexical`. Why not two named sparse vectors: BM25 over
+several fields is the sum of each field's score, and one sparse dot product computes
+exactly that sum in one query, where two vectors would need a fusion step (which ranks,
+not sums). A hash collision (~1 pair among 100k distinct terms) merges two rare terms.
+
+Weights. BM25 as Tantivy computes it (k1 1.2, b 0.75), split between the two sides:
+* the document side holds each term's saturated frequency,
+  tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / AVERAGE)), with the field's length
+  in tokens. The average is a constant per field (AVG_TEXT_TOKENS, AVG_EXACT_TOKENS),
+  not the corpus's running mean as in Tantivy: a stored weight cannot follow a mean that
+  changes after it is written. b only scales how much longer-than-usual documents are
+  discounted, so a constant within 2x of the true mean changes little (measured:
+  bench/recall_locomo.py --lexical both);
+* the engine multiplies by IDF (`Modifier.IDF`: ln(1 + (N - n + 0.5) / (n + 0.5)),
+  Tantivy's formula), over every point of the collection, as Tantivy's is over the index;
+* the query side weighs each distinct `text` term 1 and each identifier term
+  EXACT_BOOST, as the Tantivy query does.
+
+Tenancy, as the vector index: the payload is edge_vectors.payload (tenant, user, session,
+role, time, metadata terms) with the tenant's keyword index marked `is_tenant`; every
+search puts the whole scope in the engine's `must` filter; writes are conditional on the
+tenant and deletions delete by (tenant AND id). This follows Qdrant's multitenancy
+guidance for many small tenants (one collection partitioned by a payload field), which
+fits Hippo: tenants hold users, and a user's turns, not a tenant's, are what one search
+reads. Dedicated shards per tenant (custom sharding) fit a few large tenants, and can be
+added on the server without changing this adapter's filters.
+
+Not here: typo repair (`typo_repair`) needs each query term's document frequency, which
+the engine does not expose; the query terms are searched as typed.
+
+Writes are durable on `apply` (the engine's WAL, then flush), so `commit` has nothing to
+do: changes are searchable as soon as they are applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from qdrant_client import QdrantClient, models
+from qdrant_edge import (
+    EdgeConfig,
+    EdgeSparseVectorParams,
+    Modifier,
+    Query,
+    QueryRequest,
+    SparseVector,
+)
+
+from hippo_retrieval.adapters import qdrant_vectors
+from hippo_retrieval.adapters.analysis import EXACT_BOOST, Analysis, clean_text
+from hippo_retrieval.adapters.edge_vectors import MEMORY_ID, TIME, EdgeIndex, scope_filter
+from hippo_retrieval.adapters.qdrant_vectors import QdrantIndex
+from hippo_retrieval.domain.models import Candidate, Scope, StoredTurn
+
+LEXICAL = "lexical"  # the sparse vector's name
+K1 = 1.2  # Tantivy's BM25 constants
+B = 0.75
+# Typical lengths in tokens: a chat turn of about 20 words and, in `text`, the previous
+# turn, the date and the names that its context document adds (documents.py).
+AVG_TEXT_TOKENS = 48.0
+AVG_EXACT_TOKENS = 20.0
+_TEXT = b"t\x1f"
+_EXACT = b"x\x1f"
+
+Sparse = tuple[list[int], list[float]]  # indices, values
+
+
+def term_id(space: bytes, term: str) -> int:
+    """The dimension of `term` in a field's term space: 32 bits of BLAKE2b, stable across
+    processes and versions (Python's hash() is salted per process)."""
+    digest = hashlib.blake2b(space + term.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+class SparseEncoder:
+    """Turns and queries as BM25 sparse vectors (module docstring)."""
+
+    def __init__(self) -> None:
+        self._analysis = Analysis()
+
+    def document(self, turn: StoredTurn) -> Sparse:
+        text = clean_text(turn.document or turn.text)
+        exact = clean_text(turn.text)
+        weights: defaultdict[int, float] = defaultdict(float)
+        for space, tokens, average in (
+            (_TEXT, self._analysis.text.analyze(text), AVG_TEXT_TOKENS),
+            (_EXACT, self._analysis.exact.analyze(exact), AVG_EXACT_TOKENS),
+        ):
+            norm = K1 * (1 - B + B * len(tokens) / average)
+            for term, tf in Counter(tokens).items():
+                weights[term_id(space, term)] += tf * (K1 + 1) / (tf + norm)
+        return _sorted(weights)
+
+    def query(self, query: str) -> Sparse:
+        terms = self._analysis.query_terms(query)
+        weights: defaultdict[int, float] = defaultdict(float)
+        for term in terms.text:
+            weights[term_id(_TEXT, term)] += 1.0
+        for term in terms.exact:
+            weights[term_id(_EXACT, term)] += EXACT_BOOST
+        return _sorted(weights)
+
+
+def _sorted(weights: dict[int, float]) -> Sparse:
+    indices = sorted(weights)
+    return indices, [weights[i] for i in indices]
+
+
+def ranked(hits: Sequence[tuple[float, int, str]]) -> list[Candidate]:
+    """(score, time_us, memory_id) best first; equal scores earlier turn first, then by
+    id, as the Tantivy index breaks ties (a replica and a rebuilt index rank alike)."""
+    ordered = sorted((-score, time_us, memory_id) for score, time_us, memory_id in hits)
+    return [Candidate(memory_id=m, score=-negative) for negative, _, m in ordered]
+
+
+def edge_config() -> EdgeConfig:
+    return EdgeConfig(
+        vectors={},
+        sparse_vectors={LEXICAL: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+    )
+
+
+class EdgeLexicalIndex(EdgeIndex):
+    """`LexicalIndex` over an in-process Qdrant edge shard at `path` (sparse vectors)."""
+
+    _what = "lexical shard"
+
+    def __init__(self, path: Path) -> None:
+        self._encoder = SparseEncoder()
+        super().__init__(path, edge_config())
+
+    def _point_vector(self, turn: StoredTurn) -> dict[str, SparseVector]:
+        indices, values = self._encoder.document(turn)
+        return {LEXICAL: SparseVector(indices, values)}
+
+    def commit(self) -> None:
+        """Nothing to write: `apply` is durable and searchable on return."""
+        with self._lock:
+            self._require()  # but a closed index refuses, as Tantivy's does
+
+    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        indices, values = self._encoder.query(query)
+        if not indices:
+            return []
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(SparseVector(indices, values), using=LEXICAL),
+            filter=scope_filter(scope),
+            with_payload=[MEMORY_ID, TIME],
+        )
+        hits = self._query(request)
+        return ranked(
+            [
+                (float(h.score), int((h.payload or {})[TIME]), str((h.payload or {})[MEMORY_ID]))
+                for h in hits
+            ]
+        )
+
+
+class QdrantLexicalIndex(QdrantIndex):
+    """`LexicalIndex` over the collection `collection` of a Qdrant server (sparse
+    vectors; qdrant_vectors.QdrantIndex says how writes and the applied seq work)."""
+
+    def __init__(
+        self, client: QdrantClient, collection: str, *, concurrent_searches: bool = False
+    ) -> None:
+        self._encoder = SparseEncoder()
+        super().__init__(client, collection, concurrent_searches=concurrent_searches)
+
+    def _vectors(self) -> dict[str, models.VectorParams]:
+        return {}
+
+    def _sparse(self) -> dict[str, models.SparseVectorParams]:
+        return {LEXICAL: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+
+    def _point_vector(self, turn: StoredTurn) -> dict[str, models.SparseVector]:
+        indices, values = self._encoder.document(turn)
+        return {LEXICAL: models.SparseVector(indices=indices, values=values)}
+
+    def commit(self) -> None:
+        """Nothing to write: `apply` is durable and searchable on return."""
+        with self._lock:
+            self._require_open()  # but a closed index refuses, as Tantivy's does
+
+    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        if limit <= 0:
+            return []
+        indices, values = self._encoder.query(query)
+        if not indices:
+            return []
+        points = self._query(
+            models.SparseVector(indices=indices, values=values),
+            LEXICAL,
+            qdrant_vectors.scope_filter(scope),
+            limit,
+            [MEMORY_ID, TIME],
+        )
+        return ranked(
+            [
+                (float(p.score), int((p.payload or {})[TIME]), str((p.payload or {})[MEMORY_ID]))
+                for p in points
+            ]
+        )
+
+
+__all__ = ["EdgeLexicalIndex", "QdrantLexicalIndex", "SparseEncoder", "term_id"]
