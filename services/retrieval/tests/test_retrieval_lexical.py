@@ -21,7 +21,6 @@ import pytest
 from fakes import memory_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from qdrant_client import QdrantClient
 
 from hippo_retrieval.adapters.edge_vectors import ShardLockedError
