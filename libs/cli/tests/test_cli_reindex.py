@@ -30,6 +30,8 @@ class FakeRetrieval(retrieval_pb2_grpc.RetrievalServiceServicer):
             generation=3,
             vectors_outside_graph=12,
             rebuilding=True,
+            lexical_backend="qdrant",
+            vector_backend="qdrant",
         )
 
     def Reindex(self, request, context):  # type: ignore[no-untyped-def]
@@ -94,7 +96,8 @@ def test_health_shows_the_live_model_and_generation_of_retrieval(retrieval) -> N
     assert table.exit_code == 0, table.output
     (line,) = [x for x in table.stdout.splitlines() if x.startswith("retrieval")]
     assert line.endswith(
-        "SERVING  model model-a, generation 3, 12 vectors outside the graph, rebuilding"
+        "SERVING  qdrant+qdrant, model model-a, generation 3, 12 vectors outside the graph, "
+        "rebuilding"
     )
     as_json = CliRunner().invoke(cli, ["health", "--json"], env=env)
     report = json.loads(as_json.stdout)
@@ -105,5 +108,6 @@ def test_health_shows_the_live_model_and_generation_of_retrieval(retrieval) -> N
         "generation": 3,
         "vectors_outside_graph": 12,
         "rebuilding": 1,
+        "indexes": "qdrant+qdrant",
     }
     assert set(report["gateway"][0]) == {"addr", "status"}  # only retrieval has an index

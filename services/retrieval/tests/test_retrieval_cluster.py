@@ -1,7 +1,8 @@
 """Cluster mode: several RetrievalService replicas (each its own data dir, pool and
 indexes) over one PostgreSQL turn store. Read-your-writes whichever replica answers,
 erasure seen everywhere, restarts that resume from their own checkpoint, replicas that
-die, and a vector collection shared by all and written by one lease holder at a time."""
+die, a vector collection shared by all and written by one lease holder at a time, and
+stateless replicas (both indexes shared collections, nothing on their disk)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from qdrant_client import QdrantClient
 
-from hippo_core.errors import Unavailable
+from hippo_core.errors import FailedPrecondition, Unavailable
 from hippo_core.postgres import Database
 from hippo_core.settings import DatabaseSettings
 from hippo_retrieval import metrics
-from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
+from hippo_retrieval.__main__ import domain
+from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer, SharedIndexSet
 from hippo_retrieval.adapters.postgres_store import MIGRATIONS, SCHEMA, PostgresTurnStore
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.adapters.replicas import PostgresReplicas
-from hippo_retrieval.adapters.shared_vectors import LeasedVectorIndex
+from hippo_retrieval.adapters.shared_indexes import LeasedIndex
 from hippo_retrieval.domain.models import Deletion, Mode, NewTurn, Role, Scope, StoredTurn
 from hippo_retrieval.domain.retriever import FusionConfig
 from hippo_retrieval.domain.service import ProjectionConfig, RetrievalService
@@ -88,6 +90,7 @@ class Cluster:
     url: str
     root: Path
     server: QdrantServer | None = None
+    stateless: bool = False  # both indexes shared on `server` (SharedIndexSet)
     closing: list[Callable[[], None]] = field(default_factory=list)
 
     def replica(
@@ -106,9 +109,16 @@ class Cluster:
         lease = None
         if self.server is not None:
             lease = database.lease(f"vector-projector:{self.server.shared_name}")
+        indexes: LocalIndexSet | SharedIndexSet
+        if self.stateless:
+            assert self.server is not None and lease is not None
+            lexical_lease = database.lease(f"lexical-projector:{self.server.shared_lexical_name}")
+            indexes = SharedIndexSet(self.server, lease, lexical_lease)
+        else:
+            indexes = LocalIndexSet(self.root / name, server=self.server, lease=lease)
         service = RetrievalService(
             PostgresTurnStore(database),
-            LocalIndexSet(self.root / name, server=self.server, lease=lease),
+            indexes,
             fusion=FusionConfig(),
             projection=ProjectionConfig(commit_interval_s=interval, commit_every=1000),
             limits=Limits(max_turns=64, dimension=DIM),
@@ -263,7 +273,7 @@ def test_the_shared_index_is_written_only_under_its_lease(
     for db in databases:
         db.open(MIGRATIONS)
         collection = QdrantVectorIndex(shared_qdrant.client(), "turns_shared", DIM)
-        indexes.append(LeasedVectorIndex(collection, db.lease("vectors"), retry_s=0.0))
+        indexes.append(LeasedIndex(collection, db.lease("vectors"), retry_s=0.0))
     a, b = indexes
     try:
         assert a.writable() and not b.writable()
@@ -330,6 +340,85 @@ async def test_a_replica_starting_behind_the_shared_writer_waits_for_it(
     b = cluster.replica("b")  # open() returned: caught up in both of its indexes
     status = b.status()
     assert status.lexical_seq == status.vector_seq == status.last_seq == 3
+
+
+# -- stateless: both indexes shared, nothing on the replica's disk -------------------------
+
+
+async def test_stateless_replicas_share_both_indexes_and_write_nothing_locally(
+    cluster: Cluster, shared_qdrant: QdrantServer
+) -> None:
+    cluster.server, cluster.stateless = shared_qdrant, True
+    a, b = cluster.replica("a"), cluster.replica("b")
+    status = a.status()
+    assert (status.lexical_backend, status.vector_backend) == ("qdrant", "qdrant")
+    assert advisory_locks(cluster) == 2  # one writer per shared collection
+    words = ["apricot", "blueberry", "cranberry", "damson"]
+    turns = [turn(f"a note about {w}", seed=70 + i, session=w) for i, w in enumerate(words)]
+    await b.write("t1", turns[:2], wait_searchable=True, timeout=5.0)
+    await a.write("t1", turns[2:], wait_searchable=True, timeout=5.0)
+    for replica in (a, b):
+        for i, (w, t) in enumerate(zip(words, turns, strict=True)):
+            assert await lexical(replica, w) == [t.memory_id]
+            assert await semantic(replica, 70 + i) == [t.memory_id]
+    client = shared_qdrant.client()
+    names = {c.name for c in client.get_collections().collections}
+    assert names == {
+        "turns_shared",
+        "turns_shared_meta",
+        "turns_lexical_shared",
+        "turns_lexical_shared_meta",
+    }
+    # An erasure leaves both vector spaces (no purge rebuild: nothing here to rewrite).
+    assert await b.delete("t1", "u1", None, [turns[0].memory_id], timeout=5.0)
+    for name in ("turns_shared", "turns_lexical_shared"):
+        assert client.count(name, exact=True).count == 3
+    assert await lexical(a, "apricot") == []
+    assert not a._indexes.purge_pending()  # type: ignore[attr-defined]
+    # No replica can rebuild what the others search.
+    with pytest.raises(FailedPrecondition, match="stateless"):
+        [p async for p in a.reindex()]
+    # The writers go: the other replica takes both leases and goes on from the
+    # collections' records; a restarted replica resumes from them too.
+    a.stop()  # type: ignore[attr-defined]
+    late = turn("a note about elderberry", seed=80)
+    assert (await b.write("t1", [late], wait_searchable=True, timeout=8.0)).searchable
+    assert await lexical(b, "elderberry") == [late.memory_id]
+    assert advisory_locks(cluster) == 2
+    again = cluster.replica("a")
+    assert again.status().lexical_seq == again.status().last_seq
+    assert await lexical(again, "elderberry") == [late.memory_id]
+    # Nothing under the root but the stand-in server's folder: no replica wrote a file.
+    assert {p.relative_to(cluster.root).parts[0] for p in cluster.root.rglob("*")} == {"qdrant"}
+
+
+def test_the_service_wiring_picks_stateless_mode_and_makes_no_data_dir(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """From settings (what the process runs): PostgreSQL, a Qdrant server and
+    lexical_index=qdrant make a service over SharedIndexSet, and nothing is created
+    under data_dir (the collections are only opened by `open()`, against the server)."""
+    data_dir = tmp_path / "data"
+    settings = RetrievalSettings(
+        data_dir=str(data_dir),
+        database=DatabaseSettings(url=SecretStr(postgres_url)),
+        qdrant_url="http://127.0.0.1:9",
+        lexical_index="qdrant",
+        embedding_addr="",
+    )
+    service, release = domain(settings)
+    try:
+        assert isinstance(service._indexes, SharedIndexSet)  # type: ignore[attr-defined]
+        assert service._indexes.local_files is False  # type: ignore[attr-defined]
+    finally:
+        release()
+    assert not data_dir.exists()
+    # The same without lexical_index=qdrant keeps a Tantivy index under data_dir.
+    service, release = domain(settings.model_copy(update={"lexical_index": "tantivy"}))
+    try:
+        assert isinstance(service._indexes, LocalIndexSet)  # type: ignore[attr-defined]
+    finally:
+        release()
 
 
 # -- settings ------------------------------------------------------------------------------

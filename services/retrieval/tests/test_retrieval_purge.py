@@ -17,6 +17,7 @@ import numpy as np
 import tantivy
 
 from hippo_retrieval.adapters.generations import LocalIndexSet
+from hippo_retrieval.adapters.sparse_lexical import EXACT_SPACE, term_id
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
 from hippo_retrieval.domain.models import Mode, NewTurn, Role, Scope
 from hippo_retrieval.domain.retriever import FusionConfig
@@ -45,10 +46,10 @@ def turn(text: str, seed: int, user: str = "u1") -> NewTurn:
     )
 
 
-def make(root: Path, delay: float | None) -> RetrievalService:
+def make(root: Path, delay: float | None, lexical: str = "tantivy") -> RetrievalService:
     return RetrievalService(
         SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root),
+        LocalIndexSet(root, lexical=lexical),
         fusion=FusionConfig(),
         projection=ProjectionConfig(commit_interval_s=0.1, purge_delay_s=delay),
         limits=Limits(max_turns=64, dimension=DIM),
@@ -177,5 +178,35 @@ async def test_without_a_purge_delay_nothing_is_rebuilt(tmp_path: Path) -> None:
         await asyncio.sleep(0.3)
         assert service.status().generation == 1
         assert not (tmp_path / "indexes" / "PURGE").exists()
+    finally:
+        service.close()
+
+
+async def test_an_erased_turn_leaves_the_sparse_bm25_shard_too(tmp_path: Path) -> None:
+    """lexical_index=qdrant: the BM25 edge shard keeps a deleted point's sparse vector
+    (its terms' dimensions) until the rebuild, like the vector shard."""
+    service = make(tmp_path, delay=0.5, lexical="qdrant")
+    service.open()
+    try:
+        secret = turn(f"my locker code is {CANARY} ok", seed=99)
+        kept = [turn(f"ordinary note number {i}", seed=i) for i in range(20)]
+        await service.write("t1", [*kept, secret], wait_searchable=True, timeout=5)
+        # The canary's dimension, as the engine's WAL holds it (CBOR: big-endian u32).
+        dimension = term_id(EXACT_SPACE, CANARY).to_bytes(4, "big")
+        shards = tmp_path / "indexes"
+        assert any("lexical-sparse" in str(p) for p in files_holding(shards, dimension))
+        await service.delete("t1", "u1", None, [secret.memory_id], timeout=5)
+        hits = (await service.search(Scope("t1", "u1"), CANARY, None, Mode.LEXICAL, 5)).hits
+        assert hits == []
+        assert any("lexical-sparse" in str(p) for p in files_holding(shards, dimension))
+        await wait_until(
+            lambda: (
+                not (shards / "PURGE").exists()
+                and not any("lexical-sparse" in str(p) for p in files_holding(shards, dimension))
+            ),
+            timeout=30,
+        )
+        assert service.status().generation == 2
+        assert service.status().lexical_backend == "qdrant"
     finally:
         service.close()

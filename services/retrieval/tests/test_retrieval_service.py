@@ -1,5 +1,6 @@
-"""The retrieval use cases over the real stores (SQLite, Tantivy, qdrant-edge) in tmp_path:
-write-to-searchable, delete everywhere, status, and the online reindex."""
+"""The retrieval use cases over the real stores (SQLite, Tantivy or BM25 in qdrant-edge,
+qdrant-edge) in tmp_path: write-to-searchable, delete everywhere, status, and the online
+reindex. The `service` fixture runs each test with both lexical indexes."""
 
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ def turn(text: str, *, user: str = "u1", session: str = "s1", seed: int = 0) -> 
     )
 
 
-def make(root: Path, interval: float = 0.5) -> RetrievalService:
+def make(root: Path, interval: float = 0.5, lexical: str = "tantivy") -> RetrievalService:
     return RetrievalService(
         SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root),
+        LocalIndexSet(root, lexical=lexical),
         fusion=FusionConfig(),
         projection=ProjectionConfig(commit_interval_s=interval, commit_every=1000),
         limits=Limits(max_turns=64, dimension=DIM),
@@ -53,9 +54,11 @@ def make(root: Path, interval: float = 0.5) -> RetrievalService:
     )
 
 
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[RetrievalService]:
-    svc = make(tmp_path)
+@pytest.fixture(params=["tantivy", "qdrant"])
+async def service(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[RetrievalService]:
+    svc = make(tmp_path, lexical=request.param)
     svc.open()
     yield svc
     svc.close()
@@ -254,9 +257,11 @@ async def test_open_catches_up_what_the_indexes_missed(tmp_path: Path) -> None:
         again.close()
 
 
-async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
-    """The server path of the index generations (collections `<prefix>_g<n>`), run over
-    qdrant-client's local mode, which speaks the same client API as a server."""
+@pytest.mark.parametrize("lexical", ["tantivy", "qdrant"])
+async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path, lexical: str) -> None:
+    """The server path of the index generations (collections `<prefix>_g<n>`, and
+    `<prefix>_lexical_g<n>` with BM25 on the server too), run over qdrant-client's local
+    mode, which speaks the same client API as a server."""
 
     class Shared(QdrantClient):
         """Local mode locks its folder per client (a server has no such lock): every
@@ -269,7 +274,7 @@ async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
     server = QdrantServer("http://unused", None, "turns", 5.0, connect=lambda: shared)
     service = RetrievalService(
         SqliteTurnStore(tmp_path / "turns.sqlite3"),
-        LocalIndexSet(tmp_path, server=server),
+        LocalIndexSet(tmp_path, server=server, lexical=lexical),
         fusion=FusionConfig(),
         projection=ProjectionConfig(),
         limits=Limits(max_turns=64, dimension=DIM),
@@ -278,6 +283,7 @@ async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
     service.open()
     try:
         assert service.status().vector_backend == "qdrant"
+        assert service.status().lexical_backend == lexical
         t = turn("kept on the server", seed=4)
         await service.write("t1", [t], wait_searchable=True, timeout=5.0)
         hits = (await service.search(Scope("t1", "u1"), "server", unit(4), Mode.HYBRID, 5)).hits
@@ -291,7 +297,10 @@ async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path) -> None:
         names = {c.name for c in shared.get_collections().collections}
     finally:
         QdrantClient.close(shared)
-    assert names == {"turns_g2", "turns_g2_meta"}  # generation 1 was dropped
+    expected = {"turns_g2", "turns_g2_meta"}  # generation 1 was dropped
+    if lexical == "qdrant":
+        expected |= {"turns_lexical_g2", "turns_lexical_g2_meta"}
+    assert names == expected
 
 
 async def test_indexes_ahead_of_a_restored_store_are_rebuilt(tmp_path: Path) -> None:

@@ -164,6 +164,7 @@ async def _index_state(addr: str, tls: TlsSettings) -> dict[str, str | int]:
         "generation": reply.generation,
         "vectors_outside_graph": reply.vectors_outside_graph,
         "rebuilding": int(reply.rebuilding),
+        "indexes": f"{reply.lexical_backend or 'tantivy'}+{reply.vector_backend}",
     }
 
 
@@ -198,7 +199,8 @@ def health(settings: CliSettings, as_json: bool) -> None:
             for index, row in enumerate(rows):
                 label = f"{name}-{index}" if len(rows) > 1 else name
                 index_state = (
-                    f"  model {row['embedding_model'] or '-'}, generation {row['generation']}, "
+                    f"  {row['indexes']}, model {row['embedding_model'] or '-'}, "
+                    f"generation {row['generation']}, "
                     f"{row['vectors_outside_graph']} vectors outside the graph"
                     + (", rebuilding" if row["rebuilding"] else "")
                     if "generation" in row

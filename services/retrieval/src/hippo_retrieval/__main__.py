@@ -12,11 +12,15 @@ from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
 from hippo_core.server.app import Service, run
 from hippo_core.server.authz import OPERATOR, callers
 from hippo_retrieval.adapters.embedding_client import GrpcEmbedder
-from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
-from hippo_retrieval.adapters.shared_vectors import WriterLease
+from hippo_retrieval.adapters.generations import (
+    QDRANT,
+    LocalIndexSet,
+    QdrantServer,
+    SharedIndexSet,
+)
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
 from hippo_retrieval.domain.models import EmbeddingModel
-from hippo_retrieval.domain.ports import Replicas, TurnStore
+from hippo_retrieval.domain.ports import IndexSet, Replicas, TurnStore
 from hippo_retrieval.domain.retriever import LEXICAL, SEMANTIC, FusionConfig
 from hippo_retrieval.domain.service import ProjectionConfig, RetrievalService
 from hippo_retrieval.domain.validation import Limits
@@ -51,7 +55,8 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
     """The domain service over its stores (not yet opened: `open()` catches up), and what
     to close after it. The engine follows `database.url`: empty, the embedded SQLite
     store; set, cluster mode (the shared PostgreSQL store, the other replicas, and the
-    shared collection's writer lease when vectors are on a Qdrant server)."""
+    shared collection's writer lease when vectors are on a Qdrant server; with BM25 on
+    it too, lexical_index=qdrant, stateless: nothing under data_dir)."""
     root = Path(settings.data_dir)
     server = None
     if settings.qdrant_url:
@@ -63,7 +68,7 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         )
     store: TurnStore
     replicas: Replicas | None = None
-    lease: WriterLease | None = None
+    indexes: IndexSet | None = None
     release: Callable[[], None] = _nothing
     if not settings.database.url.get_secret_value():
         store = SqliteTurnStore(root / "turns.sqlite3")
@@ -86,7 +91,19 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
             expiry_s=settings.replica_expiry_seconds,
         )
         if server is not None:
-            lease = database.lease(f"vector-projector:{server.shared_name}")
+            vector_lease = database.lease(f"vector-projector:{server.shared_name}")
+            if settings.lexical_index == QDRANT:
+                # Stateless: nothing under data_dir, both indexes shared on the server.
+                lexical_lease = database.lease(f"lexical-projector:{server.shared_lexical_name}")
+                indexes = SharedIndexSet(server, vector_lease, lexical_lease)
+            else:
+                indexes = LocalIndexSet(
+                    root, server=server, lease=vector_lease, typos=settings.typo_repair
+                )
+    if indexes is None:
+        indexes = LocalIndexSet(
+            root, server=server, typos=settings.typo_repair, lexical=settings.lexical_index
+        )
     embedder: GrpcEmbedder | None = None
     if settings.embedding_addr:
         embedder = GrpcEmbedder(
@@ -95,7 +112,7 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         release = _both(release, embedder.close)
     service = RetrievalService(
         store,
-        LocalIndexSet(root, server=server, lease=lease, typos=settings.typo_repair),
+        indexes,
         fusion=FusionConfig(
             k=settings.rrf_k,
             weights={LEXICAL: settings.lexical_weight, SEMANTIC: settings.semantic_weight},

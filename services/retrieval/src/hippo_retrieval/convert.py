@@ -137,6 +137,7 @@ def status_response(status: Status) -> retrieval_pb2.StatusResponse:
         lexical_seq=status.lexical_seq,
         vector_seq=status.vector_seq,
         vector_backend=status.vector_backend,
+        lexical_backend=status.lexical_backend,
         dimension=status.dimension,
         turns=status.turns,
         tenant_turns=status.tenant_turns,

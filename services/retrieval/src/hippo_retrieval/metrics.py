@@ -71,6 +71,11 @@ VECTOR_WRITER = Gauge(
     "1 while this replica is the one writer of the vector index shared by all replicas "
     "(cluster mode with a Qdrant server); 0 otherwise.",
 )
+LEXICAL_WRITER = Gauge(
+    "hippo_retrieval_lexical_writer",
+    "1 while this replica is the one writer of the BM25 index shared by all replicas "
+    "(cluster mode with a Qdrant server and lexical_index=qdrant); 0 otherwise.",
+)
 
 
 def record_progress(store_seq: int, lexical_seq: int, vector_seq: int) -> None:

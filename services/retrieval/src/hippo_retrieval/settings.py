@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -91,6 +92,14 @@ class RetrievalSettings(ServiceSettings):
         "index is `<prefix>_g<n>`; in cluster mode every replica shares `<prefix>_shared`. "
         "Give each retrieval deployment its own prefix.",
     )
+    lexical_index: Literal["tantivy", "qdrant"] = Field(
+        "tantivy",
+        description="The BM25 engine. tantivy: a Tantivy index under data_dir (the "
+        "default; typo repair). qdrant: sparse vectors in the same Qdrant as the vectors "
+        "(in-process under data_dir, or on qdrant_url), no typo repair; in cluster mode "
+        "with qdrant_url, retrieval is stateless: both indexes are collections every "
+        "replica shares and nothing is written under data_dir (docs/recall.md).",
+    )
     qdrant_timeout_seconds: float = Field(
         5.0, gt=0, description="Deadline of each call to the Qdrant server."
     )
@@ -127,7 +136,8 @@ class RetrievalSettings(ServiceSettings):
     typo_repair: bool = Field(
         True,
         description="BM25: a query word of 4+ letters that no stored turn holds is searched "
-        "as the words one typing slip away that turns do hold (docs/recall.md).",
+        "as the words one typing slip away that turns do hold (docs/recall.md). Tantivy "
+        "only: with lexical_index=qdrant query words are searched as typed.",
     )
     candidates: int = Field(
         100,

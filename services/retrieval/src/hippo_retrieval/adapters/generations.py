@@ -5,20 +5,28 @@ Layout under the data dir:
     indexes/CURRENT            the live generation's number (written atomically)
     indexes/PURGE              present while the live generation's files still hold
                                erased documents (the purge rebuild removes it)
-    indexes/g000001/lexical/   Tantivy index
+    indexes/g000001/lexical/   Tantivy index (lexical_index=tantivy, the default), or
+    indexes/g000001/lexical-sparse/  the BM25 edge shard (lexical_index=qdrant;
+                               + lexical-sparse.applied.json beside it)
     indexes/g000001/vectors/   qdrant-edge shard (+ vectors.applied.json beside it)
     indexes/g000001/EMBEDDING  the embedding model its vectors come from (JSON: name,
                                dimension), written before the generation is built;
                                absent in generations made before models were recorded
 
 With a Qdrant server, the vectors of generation n live in the collection
-`<collection>_g<n>` (and its `_meta` companion) instead; the Tantivy index stays local.
+`<collection>_g<n>` (and its `_meta` companion) instead, and with lexical_index=qdrant the
+BM25 index in `<collection>_lexical_g<n>`; a Tantivy index stays local.
 A missing CURRENT means generation 1, so a fresh data dir needs no setup.
 
 Cluster mode with a Qdrant server (`lease` given): every replica searches one collection,
-`<collection>_shared`, written by the lease holder (shared_vectors.py). It belongs to no
+`<collection>_shared`, written by the lease holder (shared_indexes.py). It belongs to no
 generation: a replica's reindex rebuilds its own Tantivy index and leaves the collection
 alone (other replicas are searching it); docs/recall.md says how to rebuild it.
+
+Stateless mode (`SharedIndexSet`: cluster mode, a Qdrant server, lexical_index=qdrant):
+both indexes are shared collections, `<collection>_shared` and
+`<collection>_lexical_shared`, each written by the holder of its own lease, and the
+replica keeps nothing on its disk: no generations, no records.
 """
 
 from __future__ import annotations
@@ -32,13 +40,17 @@ from pathlib import Path
 from qdrant_client import QdrantClient
 
 from hippo_core.files import write_atomic
+from hippo_retrieval import metrics
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
-from hippo_retrieval.adapters.shared_vectors import LeasedVectorIndex, WriterLease
+from hippo_retrieval.adapters.shared_indexes import LeasedIndex, WriterLease
+from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.models import EmbeddingModel
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
 
+TANTIVY = "tantivy"
+QDRANT = "qdrant"
 CURRENT = "CURRENT"
 PURGE = "PURGE"
 EMBEDDING = "EMBEDDING"
@@ -81,10 +93,47 @@ class QdrantServer:
     def name(self, generation: int) -> str:
         return f"{self.collection}_g{generation}"
 
+    def lexical_name(self, generation: int) -> str:
+        return f"{self.collection}_lexical_g{generation}"
+
     @property
     def shared_name(self) -> str:
-        """The one collection of cluster mode, shared by every replica."""
+        """The one vector collection of cluster mode, shared by every replica."""
         return f"{self.collection}_shared"
+
+    @property
+    def shared_lexical_name(self) -> str:
+        """The one BM25 collection of stateless mode, shared by every replica."""
+        return f"{self.collection}_lexical_shared"
+
+    def vector_collection(self, name: str, dimension: int) -> QdrantVectorIndex:
+        client = self.client()
+        try:
+            return QdrantVectorIndex(
+                client, name, dimension, concurrent_searches=self.concurrent_searches
+            )
+        except BaseException:
+            client.close()
+            raise
+
+    def lexical_collection(self, name: str) -> QdrantLexicalIndex:
+        client = self.client()
+        try:
+            return QdrantLexicalIndex(client, name, concurrent_searches=self.concurrent_searches)
+        except BaseException:
+            client.close()
+            raise
+
+    def drop(self, *names: str) -> None:
+        """Delete these collections and their `_meta` companions; absent is fine."""
+        client = self.client()
+        try:
+            for name in names:
+                for collection in (name, f"{name}_meta"):
+                    if client.collection_exists(collection):
+                        client.delete_collection(collection)
+        finally:
+            client.close()
 
 
 class LocalIndexSet:
@@ -99,19 +148,33 @@ class LocalIndexSet:
         server: QdrantServer | None = None,
         lease: WriterLease | None = None,
         typos: bool = False,
+        lexical: str = TANTIVY,
     ) -> None:
         if lease is not None and server is None:
             raise ValueError("a shared vector index needs a Qdrant server")
+        if lexical not in (TANTIVY, QDRANT):
+            raise ValueError(f"lexical index {lexical!r}: expected {TANTIVY!r} or {QDRANT!r}")
+        if lexical == QDRANT and lease is not None:
+            raise ValueError("cluster mode with BM25 on the Qdrant server is SharedIndexSet")
         self._root = Path(root) / "indexes"
         self._root.mkdir(parents=True, exist_ok=True)
         self._server = server
         self._lease = lease
-        self._shared: LeasedVectorIndex | None = None
+        self._shared: LeasedIndex | None = None
         self._typos = typos  # the lexical index repairs query typos (TantivyIndex)
+        self._lexical = lexical
 
     @property
     def vector_backend(self) -> str:
         return "qdrant" if self._server is not None else "edge"
+
+    @property
+    def lexical_backend(self) -> str:
+        return self._lexical
+
+    @property
+    def local_files(self) -> bool:
+        return True
 
     def _dir(self, generation: int) -> Path:
         return self._root / f"g{generation:06d}"
@@ -158,7 +221,13 @@ class LocalIndexSet:
 
     def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
         folder = self._dir(generation)
-        lexical = TantivyIndex(folder / "lexical", typos=self._typos)
+        lexical: LexicalIndex
+        if self._lexical == TANTIVY:
+            lexical = TantivyIndex(folder / "lexical", typos=self._typos)
+        elif self._server is None:
+            lexical = EdgeLexicalIndex(folder / "lexical-sparse")
+        else:
+            lexical = self._server.lexical_collection(self._server.lexical_name(generation))
         try:
             vectors: VectorIndex
             if self._server is None:
@@ -166,31 +235,18 @@ class LocalIndexSet:
             elif self._lease is not None:
                 vectors = self._shared_index(self._server, self._lease, dimension)
             else:
-                vectors = self._collection(self._server, self._server.name(generation), dimension)
+                vectors = self._server.vector_collection(self._server.name(generation), dimension)
         except BaseException:
             lexical.close()
             raise
         return lexical, vectors
 
-    def _collection(self, server: QdrantServer, name: str, dimension: int) -> QdrantVectorIndex:
-        client = server.client()
-        try:
-            return QdrantVectorIndex(
-                client,
-                collection=name,
-                dimension=dimension,
-                concurrent_searches=server.concurrent_searches,
-            )
-        except BaseException:
-            client.close()
-            raise
-
     def _shared_index(
         self, server: QdrantServer, lease: WriterLease, dimension: int
-    ) -> LeasedVectorIndex:
+    ) -> LeasedIndex:
         if self._shared is None:
-            collection = self._collection(server, server.shared_name, dimension)
-            self._shared = LeasedVectorIndex(collection, lease)
+            collection = server.vector_collection(server.shared_name, dimension)
+            self._shared = LeasedIndex(collection, lease)
         return self._shared
 
     def remove(self, generation: int) -> None:
@@ -198,17 +254,87 @@ class LocalIndexSet:
         if folder.exists():
             shutil.rmtree(folder)
         if self._server is not None and self._lease is None:
-            name = self._server.name(generation)
-            client = self._server.client()
-            try:
-                for collection in (name, f"{name}_meta"):
-                    if client.collection_exists(collection):
-                        client.delete_collection(collection)
-            finally:
-                client.close()
+            self._server.drop(self._server.name(generation), self._server.lexical_name(generation))
 
     def close(self) -> None:
         """Hand the shared collection's writer lease back and close it (cluster mode)."""
         shared, self._shared = self._shared, None
         if shared is not None:
             shared.shutdown()
+
+
+class SharedIndexSet:
+    """`IndexSet` of stateless mode: the vector and BM25 indexes are collections on a
+    Qdrant server that every replica shares, each written by the holder of its lease;
+    nothing is kept on this replica's disk. There is one generation, forever: a replica
+    cannot rebuild what the others are searching (docs/recall.md says how to rebuild
+    the collections), and erased points leave the server's segments by its optimizer,
+    with no rebuild of this replica's."""
+
+    def __init__(
+        self, server: QdrantServer, vector_lease: WriterLease, lexical_lease: WriterLease
+    ) -> None:
+        self._server = server
+        self._vector_lease = vector_lease
+        self._lexical_lease = lexical_lease
+        self._vectors: LeasedIndex | None = None
+        self._lexical: LeasedIndex | None = None
+
+    @property
+    def vector_backend(self) -> str:
+        return QDRANT
+
+    @property
+    def lexical_backend(self) -> str:
+        return QDRANT
+
+    @property
+    def local_files(self) -> bool:
+        return False
+
+    @property
+    def shared_vectors(self) -> bool:
+        return True
+
+    def current(self) -> int:
+        return 1
+
+    def set_current(self, generation: int) -> None:
+        if generation != 1:
+            raise ValueError("stateless mode has one generation")
+
+    def embedding(self, generation: int) -> EmbeddingModel | None:
+        return None  # the configured model (a shared collection's cannot change)
+
+    def set_embedding(self, generation: int, model: EmbeddingModel) -> None:
+        raise ValueError("stateless mode records no model: its collections are shared")
+
+    def purge_pending(self) -> bool:
+        return False
+
+    def set_purge_pending(self, pending: bool) -> None:
+        """Nothing to record: no file of this replica's holds erased documents."""
+
+    def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
+        if self._lexical is None:
+            self._lexical = LeasedIndex(
+                self._server.lexical_collection(self._server.shared_lexical_name),
+                self._lexical_lease,
+                gauge=metrics.LEXICAL_WRITER,
+            )
+        if self._vectors is None:
+            self._vectors = LeasedIndex(
+                self._server.vector_collection(self._server.shared_name, dimension),
+                self._vector_lease,
+            )
+        return self._lexical, self._vectors
+
+    def remove(self, generation: int) -> None:
+        """Nothing of a generation's is this replica's to delete."""
+
+    def close(self) -> None:
+        """Hand both writer leases back and close the collections."""
+        for index in (self._lexical, self._vectors):
+            if index is not None:
+                index.shutdown()
+        self._lexical = self._vectors = None

@@ -219,7 +219,7 @@ class QdrantIndex:
 
     def writable(self) -> bool:
         """True: this object writes whenever asked. Shared by replicas, it is wrapped by
-        shared_vectors.LeasedVectorIndex, which decides who writes."""
+        shared_indexes.LeasedIndex, which decides who writes."""
         return True
 
     def applied_seq(self) -> int:

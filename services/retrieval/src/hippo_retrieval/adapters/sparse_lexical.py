@@ -75,8 +75,8 @@ B = 0.75
 # turn, the date and the names that its context document adds (documents.py).
 AVG_TEXT_TOKENS = 48.0
 AVG_EXACT_TOKENS = 20.0
-_TEXT = b"t\x1f"
-_EXACT = b"x\x1f"
+TEXT_SPACE = b"t\x1f"  # term spaces: a term's dimension hashes its field too
+EXACT_SPACE = b"x\x1f"
 
 Sparse = tuple[list[int], list[float]]  # indices, values
 
@@ -99,8 +99,8 @@ class SparseEncoder:
         exact = clean_text(turn.text)
         weights: defaultdict[int, float] = defaultdict(float)
         for space, tokens, average in (
-            (_TEXT, self._analysis.text.analyze(text), AVG_TEXT_TOKENS),
-            (_EXACT, self._analysis.exact.analyze(exact), AVG_EXACT_TOKENS),
+            (TEXT_SPACE, self._analysis.text.analyze(text), AVG_TEXT_TOKENS),
+            (EXACT_SPACE, self._analysis.exact.analyze(exact), AVG_EXACT_TOKENS),
         ):
             norm = K1 * (1 - B + B * len(tokens) / average)
             for term, tf in Counter(tokens).items():
@@ -111,9 +111,9 @@ class SparseEncoder:
         terms = self._analysis.query_terms(query)
         weights: defaultdict[int, float] = defaultdict(float)
         for term in terms.text:
-            weights[term_id(_TEXT, term)] += 1.0
+            weights[term_id(TEXT_SPACE, term)] += 1.0
         for term in terms.exact:
-            weights[term_id(_EXACT, term)] += EXACT_BOOST
+            weights[term_id(EXACT_SPACE, term)] += EXACT_BOOST
         return _sorted(weights)
 
 

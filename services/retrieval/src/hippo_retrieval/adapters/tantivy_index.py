@@ -174,6 +174,9 @@ class TantivyIndex:
             writer = self._require_writer()
             self._commit(writer)
 
+    def writable(self) -> bool:
+        return True  # one writer per directory: always this process
+
     def applied_seq(self) -> int:
         with self._lock:
             return self._committed_seq

@@ -5,8 +5,9 @@ last sequence number they applied and catch up from the store's change feed. Eve
 method takes the tenant (and user) and applies it inside the adapter.
 
 In cluster mode several replicas share one turn store (PostgreSQL); each keeps its own
-projections, except a vector index shared by all (a Qdrant server collection), which one
-replica at a time writes (`VectorIndex.writable`). `Replicas` is how a replica learns of
+projections, except an index shared by all (a Qdrant server collection: the vectors, and
+with lexical_index=qdrant the BM25 index too), which one replica at a time writes
+(`writable`). `Replicas` is how a replica learns of
 the others' writes and makes a write searchable on all of them.
 """
 
@@ -129,6 +130,12 @@ class LexicalIndex(Protocol):
         """Make applied changes searchable and durable, recording the last applied seq."""
         ...
 
+    def writable(self) -> bool:
+        """Whether this replica applies changes to the index now (VectorIndex.writable:
+        always for an index of its own; for a Qdrant collection shared by every replica,
+        only while it is that collection's one writer)."""
+        ...
+
     def applied_seq(self) -> int:
         """The seq of the last committed change (0 for a new index)."""
         ...
@@ -228,6 +235,18 @@ class IndexSet(Protocol):
     @property
     def vector_backend(self) -> str:
         """ "edge" or "qdrant", for status and logs."""
+        ...
+
+    @property
+    def lexical_backend(self) -> str:
+        """ "tantivy" or "qdrant" (the same Qdrant as the vectors), for status and logs."""
+        ...
+
+    @property
+    def local_files(self) -> bool:
+        """Whether this replica keeps index files of its own. False (stateless mode: both
+        indexes are Qdrant collections every replica shares): there is nothing here for a
+        reindex to rebuild or for a purge to rewrite."""
         ...
 
 

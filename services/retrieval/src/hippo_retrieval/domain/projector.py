@@ -7,10 +7,11 @@ and a segment each); the vector index is durable per apply. Each index records t
 seq it applied, so at start `catch_up()` replays only what it missed, and `rebuild()` is
 the same from seq 0 into empty indexes.
 
-A vector index shared by several replicas (cluster mode, a Qdrant server collection) is
-written by one of them at a time (`VectorIndex.writable()`, asked at every step). The
-others apply only their own lexical index and take the shared index's recorded seq as
-its progress, so what they call searchable is what really is.
+An index shared by several replicas (cluster mode, a Qdrant server collection: the
+vectors, and with lexical_index=qdrant the BM25 index too) is written by one of them at a
+time (`writable()`, asked of each index at every step). The others apply only the indexes
+of their own and take a shared index's recorded seq as its progress, so what they call
+searchable is what really is.
 
 Each vector index holds the vectors of one embedding model. A turn written with another
 model's vector (while an index is rebuilt with a new model, or while callers learn of the
@@ -93,8 +94,9 @@ class Projector:
         self._lexical_applied = lexical.applied_seq()
         self._lexical_committed = self._lexical_applied
         self._vector_applied = vectors.applied_seq()
-        # Whether the last step wrote the vector index itself (see the module docstring).
+        # Whether the last step wrote each index itself (see the module docstring).
         self._vector_writer = True
+        self._lexical_writer = True
 
     def lag(self) -> tuple[int, int]:
         """Sequence numbers not yet searchable in (lexical, vector)."""
@@ -133,38 +135,60 @@ class Projector:
             if progress is not None and applied:
                 progress(total)
             if applied == 0:
-                if self._vector_writer or not wait_shared or self._vector_applied >= target:
+                if not wait_shared or not self._waiting_for_shared(target):
                     break
                 if time.monotonic() - since >= SHARED_LOG_S:
                     since = time.monotonic()
                     log.info(
-                        "waiting for the shared vector index: at seq %d of %d",
+                        "waiting for the shared indexes: at seq %d (lexical) and %d (vector) of %d",
+                        self._lexical_committed,
                         self._vector_applied,
                         target,
                     )
                 time.sleep(SHARED_POLL_S)
         return total
 
+    def _waiting_for_shared(self, target: int) -> bool:
+        """Whether an index another replica writes has not reached `target` yet."""
+        return (not self._vector_writer and self._vector_applied < target) or (
+            not self._lexical_writer and self._lexical_committed < target
+        )
+
     def _step(self, force_commit: bool = False) -> int:
-        writer = self._vectors.writable()
-        if not writer or not self._vector_writer:
+        vector_writer = self._vectors.writable()
+        if not vector_writer or not self._vector_writer:
             # Another replica writes the shared index, or did until now: the index's own
             # record is the progress (what this replica last knew may be stale).
             self._vector_applied = self._vectors.applied_seq()
-        self._vector_writer = writer
-        start = self._lexical_applied
-        if writer:
-            start = min(start, self._vector_applied)
-        changes = [self._with_filters(c) for c in self._store.changes(start, PAGE)]
+        self._vector_writer = vector_writer
+        lexical_writer = self._lexical.writable()
+        if not lexical_writer or not self._lexical_writer:
+            self._lexical_applied = self._lexical_committed = self._lexical.applied_seq()
+        self._lexical_writer = lexical_writer
+        starts = [
+            applied
+            for writer, applied in (
+                (lexical_writer, self._lexical_applied),
+                (vector_writer, self._vector_applied),
+            )
+            if writer
+        ]
+        changes = (
+            [self._with_filters(c) for c in self._store.changes(min(starts), PAGE)]
+            if starts
+            else []
+        )
         if changes:
-            lexical = [c for c in changes if c.seq > self._lexical_applied]
+            lexical = (
+                [c for c in changes if c.seq > self._lexical_applied] if lexical_writer else []
+            )
             if lexical:
                 self._lexical.apply(self._documents(lexical))
                 self._lexical_applied = lexical[-1].seq
                 deleted = [c.seq for c in lexical if isinstance(c, Deletion)]
                 if deleted and self._on_deleted is not None:
                     self._on_deleted(max(deleted))
-            vector = [c for c in changes if c.seq > self._vector_applied] if writer else []
+            vector = [c for c in changes if c.seq > self._vector_applied] if vector_writer else []
             if vector:
                 self._vectors.apply(self._own_vectors(vector))
                 self._vector_applied = vector[-1].seq

@@ -131,6 +131,7 @@ class Status:
     embedding_model: str = ""
     vectors_outside_graph: int = 0
     rebuilding: bool = False
+    lexical_backend: str = "tantivy"
 
 
 @dataclass(frozen=True)
@@ -465,6 +466,7 @@ class RetrievalService:
             embedding_model=live.model.name,
             vectors_outside_graph=graph.outside if graph is not None else 0,
             rebuilding=self._reindexing,
+            lexical_backend=self._indexes.lexical_backend,
         )
 
     async def reindex(self, embedding_model: str = "") -> AsyncIterator[ReindexProgress]:
@@ -472,6 +474,13 @@ class RetrievalService:
         with `embedding_model` (another model than the live one), the new vector index
         holds that model's vectors. A caller that goes away does not stop it: the rebuild
         completes on its own."""
+        if not self._indexes.local_files:
+            raise FailedPrecondition(
+                "stateless mode: both indexes are Qdrant collections every replica shares, "
+                "and no replica's reindex can rebuild what the others search; "
+                "docs/recall.md says how to rebuild them",
+                reason="STATELESS",
+            )
         model = await self._reindex_model(embedding_model)
         with self._lock:
             if self._reindexing:
@@ -575,8 +584,8 @@ class RetrievalService:
         """An erasure reached the index files (on the projector's thread): record it, and
         arm the purge unless it is armed already (erasures meanwhile coalesce)."""
         delay = self._projection.purge_delay_s
-        if delay is None:
-            return
+        if delay is None or not self._indexes.local_files:
+            return  # (stateless: no file here holds the erased; the server's optimizer)
         with self._lock:
             first = not self._purge_wanted
             self._purge_wanted = True

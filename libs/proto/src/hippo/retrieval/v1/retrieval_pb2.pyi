@@ -292,7 +292,7 @@ class StatusRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns", "embedding_model", "generation", "vectors_outside_graph", "rebuilding")
+    __slots__ = ("last_seq", "lexical_seq", "vector_seq", "vector_backend", "dimension", "turns", "tenant_turns", "embedding_model", "generation", "vectors_outside_graph", "rebuilding", "lexical_backend")
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_SEQ_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,7 @@ class StatusResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     VECTORS_OUTSIDE_GRAPH_FIELD_NUMBER: _ClassVar[int]
     REBUILDING_FIELD_NUMBER: _ClassVar[int]
+    LEXICAL_BACKEND_FIELD_NUMBER: _ClassVar[int]
     last_seq: int
     lexical_seq: int
     vector_seq: int
@@ -315,7 +316,8 @@ class StatusResponse(_message.Message):
     generation: int
     vectors_outside_graph: int
     rebuilding: bool
-    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ..., embedding_model: _Optional[str] = ..., generation: _Optional[int] = ..., vectors_outside_graph: _Optional[int] = ..., rebuilding: _Optional[bool] = ...) -> None: ...
+    lexical_backend: str
+    def __init__(self, last_seq: _Optional[int] = ..., lexical_seq: _Optional[int] = ..., vector_seq: _Optional[int] = ..., vector_backend: _Optional[str] = ..., dimension: _Optional[int] = ..., turns: _Optional[int] = ..., tenant_turns: _Optional[int] = ..., embedding_model: _Optional[str] = ..., generation: _Optional[int] = ..., vectors_outside_graph: _Optional[int] = ..., rebuilding: _Optional[bool] = ..., lexical_backend: _Optional[str] = ...) -> None: ...
 
 class ReindexRequest(_message.Message):
     __slots__ = ("embedding_model",)

@@ -1,5 +1,7 @@
-"""One vector index for every replica: a Qdrant server collection written by one replica
-at a time (cluster mode with `qdrant_url`).
+"""One index for every replica: a Qdrant server collection written by one replica at a
+time (cluster mode with `qdrant_url`): the vector collection, and with
+`lexical_index=qdrant` the BM25 collection too (each has a lease of its own, so their
+writers may be different replicas).
 
 Why one writer: replicas apply the same feed, so several writers would be idempotent in
 the end, but not meanwhile: a replica behind the others that re-applies an old put after
@@ -8,7 +10,7 @@ reaches the deletion itself (never, if it stops first). So the writer holds a le
 PostgreSQL advisory lock, `Database.lease`), released when its process or connection
 dies; the others search the collection and, every `retry_s`, try to take the lease.
 
-Where the applied seq lives: in the collection (`QdrantVectorIndex` keeps it in its
+Where the applied seq lives: in the collection (`QdrantIndex` keeps it in its
 `_meta` companion, written after the data), so it is shared by construction: a new
 writer continues from what the last one recorded, and a reader takes it as the index's
 progress (`applied_seq()` re-reads it).
@@ -24,12 +26,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
+
+from prometheus_client import Gauge
 
 from hippo_core.errors import Unavailable
 from hippo_retrieval import metrics
-from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
-from hippo_retrieval.domain.models import Candidate, Change, GraphState, Scope, Vector
+from hippo_retrieval.adapters.qdrant_vectors import QdrantIndex
+from hippo_retrieval.domain.models import Candidate, Change, GraphState, Scope
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +48,22 @@ class WriterLease(Protocol):
     def release(self) -> None: ...
 
 
-class LeasedVectorIndex:
-    """`VectorIndex` over a collection shared by every replica; writes only while this
-    replica holds `lease`. Generations share one instance (the index set owns it):
-    `close()` is a no-op, `shutdown()` releases the lease and closes the collection."""
+class LeasedIndex:
+    """`VectorIndex` or `LexicalIndex` (as `index` is) over a collection shared by every
+    replica; writes only while this replica holds `lease`. Generations share one instance
+    (the index set owns it): `close()` is a no-op, `shutdown()` releases the lease and
+    closes the collection."""
 
     def __init__(
-        self, index: QdrantVectorIndex, lease: WriterLease, *, retry_s: float = 2.0
+        self,
+        index: QdrantIndex,
+        lease: WriterLease,
+        *,
+        retry_s: float = 2.0,
+        gauge: Gauge = metrics.VECTOR_WRITER,
     ) -> None:
         self._index = index
+        self._gauge = gauge  # 1 while this replica writes the collection
         self._lease = lease
         self._retry_s = retry_s
         self._lock = threading.Lock()  # one apply at a time (two generations during a reindex)
@@ -69,7 +80,7 @@ class LeasedVectorIndex:
                 if self._lease.held():
                     return True
                 self._set_writer(False)
-                log.warning("vector projector lease of %s lost", self.collection)
+                log.warning("projector lease of %s lost", self.collection)
             now = time.monotonic()
             if now < self._next_try:
                 return False
@@ -80,18 +91,18 @@ class LeasedVectorIndex:
             # older view (writing a lower seq back would replay, and re-apply, its work).
             self._index.reload_applied()
             self._set_writer(True)
-            log.info("vector projector lease of %s taken: this replica writes it", self.collection)
+            log.info("projector lease of %s taken: this replica writes it", self.collection)
             return True
 
     def _set_writer(self, writer: bool) -> None:
         self._writer = writer
-        metrics.VECTOR_WRITER.set(1 if writer else 0)
+        self._gauge.set(1 if writer else 0)
 
     def apply(self, changes: Sequence[Change]) -> None:
         with self._lock:
             if not (self._writer and self._lease.held()):
                 self._set_writer(False)
-                raise Unavailable(f"{self.collection}: not the writer of the shared vector index")
+                raise Unavailable(f"{self.collection}: not the writer of the shared index")
             # Two generations of this replica may hand it the same changes (a reindex):
             # what the collection has applied already is not applied again.
             applied = self._index.applied_seq()
@@ -103,8 +114,13 @@ class LeasedVectorIndex:
                 return self._index.applied_seq()
         return self._index.reload_applied()  # another replica's progress
 
-    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
-        return self._index.search(scope, vector, limit)
+    def commit(self) -> None:
+        """Nothing to do: the collection is durable and searchable per apply."""
+
+    def search(self, scope: Scope, query: Any, limit: int) -> list[Candidate]:
+        """The wrapped index's search: a vector, or the query text (lexical)."""
+        result: list[Candidate] = self._index.search(scope, query, limit)  # type: ignore[attr-defined]
+        return result
 
     def graph_state(self) -> GraphState | None:
         return None  # a Qdrant server's collection: the server builds its graph
