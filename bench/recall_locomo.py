@@ -13,6 +13,11 @@ By default it starts a private cluster (`hippo up` on free ports, a temporary da
 `--informal SEED` also asks every question as people type it (bench/informal.py: chat
 spellings, dropped apostrophes, keyboard slips), in LEXICAL and HYBRID mode.
 
+`--compare KEY=A,B[,...]` measures one private cluster per value of the setting KEY, one
+after the other in this run, and prints each table, then the differences from the first
+value (e.g. `--compare HIPPO_RETRIEVAL_LEXICAL_INDEX=tantivy,qdrant`: BM25 in Tantivy vs
+in Qdrant sparse vectors).
+
 Published anchors (turn level, all categories; LoCoMo paper, Maharana et al. 2024): the
 DRAGON retriever reaches R@5 56.7, R@10 66.2, R@25 76.7.
 """
@@ -206,6 +211,48 @@ async def measure(
     }
 
 
+def private_run(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """`measure` on a private cluster (`hippo up` on free ports, a temporary data dir)."""
+    with tempfile.TemporaryDirectory(prefix="hippo-bench-") as tmp:
+        print(f"starting a private cluster {env} ...", file=sys.stderr)
+        with local_cluster(Path(tmp), env) as cluster:
+            settings = CliSettings(gateway_addr=cluster.gateway, timeout_seconds=30)
+            report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
+    report["settings"] = env
+    return report
+
+
+def show(report: dict[str, Any], args: argparse.Namespace, label: str) -> None:
+    print(f"\nLoCoMo evidence recall@k (%): {report['data']} {label or report['settings'] or ''}")
+    print(
+        f"{report['conversations']} conversations, {report['turns']} turns, "
+        f"{report['questions']} questions with evidence "
+        f"({report['questions_without_evidence']} without, skipped)\n"
+    )
+    print(table(report["recall"], report["counts"]))
+    print(f"\ningest: {report['ingest_turns_per_s']:.0f} turns/s (Remember, one call per session)")
+    for mode, row in report["latency"].items():
+        print(f"Recall {mode:<8} p50 {row['p50_ms']:.1f} ms  p95 {row['p95_ms']:.1f} ms")
+    OUT.mkdir(parents=True, exist_ok=True)
+    name = "recall_locomo.png" if not label else f"recall_locomo-{label.split('=')[-1]}.png"
+    plot(report["recall"], OUT / name)
+    print(f"\nplot: {OUT / name}")
+
+
+def difference(report: dict[str, Any], base: dict[str, Any]) -> str:
+    """Per mode and category: report's recall minus base's, in points."""
+    head = "| mode | group | " + " | ".join(f"ΔR@{k}" for k in KS) + " |"
+    lines = [head, "|" + "---|" * (2 + len(KS))]
+    for mode in [m for m in (*MODES, *INFORMAL_MODES) if m in report["recall"]]:
+        for group in ["1-4", "all", "1", "2", "3", "4", "5"]:
+            if group not in report["recall"][mode]:
+                continue
+            now, then = report["recall"][mode][group], base["recall"][mode][group]
+            cells = " | ".join(f"{now[k] - then[k]:+.1f}" for k in KS)
+            lines.append(f"| {mode} | {group} | {cells} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo-format file")
@@ -221,6 +268,11 @@ def main() -> int:
         help="a setting for the private cluster, e.g. HIPPO_RETRIEVAL_RRF_K=5 (repeatable)",
     )
     parser.add_argument(
+        "--compare",
+        metavar="KEY=A,B",
+        help="measure one private cluster per value of this setting, side by side",
+    )
+    parser.add_argument(
         "--informal",
         type=int,
         metavar="SEED",
@@ -234,32 +286,33 @@ def main() -> int:
     if not args.data.exists():
         parser.error(f"{args.data} not found (pass --data FILE)")
 
+    if args.compare:
+        if args.gateway:
+            parser.error("--compare starts its own clusters: leave out --gateway")
+        key, _, values = args.compare.partition("=")
+        if not key or "," not in values:
+            parser.error("--compare takes KEY=A,B (two values or more)")
+        reports = {}
+        for value in values.split(","):
+            reports[value] = private_run(args, {**extra_env, key: value})
+            show(reports[value], args, f"{key}={value}")
+        first = next(iter(reports))
+        for value, report in list(reports.items())[1:]:
+            print(f"\n{key}={value} minus {key}={first} (recall points):\n")
+            print(difference(report, reports[first]))
+        if args.json:
+            args.json.write_text(json.dumps(reports, indent=1))
+            print(f"figures: {args.json}")
+        return 0
     if args.gateway:
         settings = CliSettings(
             gateway_addr=args.gateway, api_key=args.api_key or "", timeout_seconds=30
         )
         report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
+        report["settings"] = extra_env
     else:
-        with tempfile.TemporaryDirectory(prefix="hippo-bench-") as tmp:
-            print("starting a private cluster ...", file=sys.stderr)
-            with local_cluster(Path(tmp), extra_env) as cluster:
-                settings = CliSettings(gateway_addr=cluster.gateway, timeout_seconds=30)
-                report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
-
-    report["settings"] = extra_env
-    print(f"\nLoCoMo evidence recall@k (%): {report['data']} {extra_env or ''}")
-    print(
-        f"{report['conversations']} conversations, {report['turns']} turns, "
-        f"{report['questions']} questions with evidence "
-        f"({report['questions_without_evidence']} without, skipped)\n"
-    )
-    print(table(report["recall"], report["counts"]))
-    print(f"\ningest: {report['ingest_turns_per_s']:.0f} turns/s (Remember, one call per session)")
-    for mode, row in report["latency"].items():
-        print(f"Recall {mode:<8} p50 {row['p50_ms']:.1f} ms  p95 {row['p95_ms']:.1f} ms")
-    OUT.mkdir(parents=True, exist_ok=True)
-    plot(report["recall"], OUT / "recall_locomo.png")
-    print(f"\nplot: {OUT / 'recall_locomo.png'}")
+        report = private_run(args, extra_env)
+    show(report, args, "")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
         print(f"figures: {args.json}")

@@ -152,6 +152,8 @@ def test_qdrant_dependency_is_conditional() -> None:
         ({"embedding": {"port": 70000}}, "/embedding/port"),
         ({"summariser": {"llmUrl": "tgi:80"}}, "/summariser/llmUrl"),
         ({"injection": {"env": {"bad-name": "x"}}}, "bad-name"),
+        ({"retrieval": {"lexicalIndex": "lucene"}}, "/retrieval/lexicalIndex"),
+        ({"retrieval": {"qdrantCollections": {"shardNumber": 0}}}, "shardNumber"),
     ],
 )
 def test_values_schema_refuses(values: dict[str, Any], message: str) -> None:
@@ -161,7 +163,12 @@ def test_values_schema_refuses(values: dict[str, Any], message: str) -> None:
 
 @pytest.mark.parametrize(
     ("service", "key"),
-    [("embedding", "PORT"), ("summariser", "drain_seconds"), ("gateway", "API_KEYS")],
+    [
+        ("embedding", "PORT"),
+        ("summariser", "drain_seconds"),
+        ("gateway", "API_KEYS"),
+        ("retrieval", "LEXICAL_INDEX"),
+    ],
 )
 def test_env_cannot_override_what_the_manifests_are_built_from(service: str, key: str) -> None:
     """A PORT set through `env` would move the server but not its probes and Service."""
@@ -225,6 +232,40 @@ def test_cluster_mode_workloads() -> None:
         pdb = one(docs, "PodDisruptionBudget", f"{RELEASE}-hippo-{name}")
         assert pdb["spec"]["maxUnavailable"] == 1
         one(docs, "Service", f"{RELEASE}-hippo-{name}-headless")
+
+
+def test_large_profile_runs_retrieval_stateless_on_a_distributed_qdrant() -> None:
+    """cluster-large: both indexes on a three-node Qdrant (the subchart), so retrieval
+    is a Deployment with no volume, scaled by an HPA; collections are created sharded
+    and replicated as the values say. Without the Qdrant server, or in embedded mode,
+    the same lexicalIndex keeps retrieval a StatefulSet (its BM25 shard on its volume)."""
+    docs = rendered("cluster-large")
+    values = values_of("cluster-large")
+    dep = workload(docs, "retrieval")
+    assert dep["kind"] == "Deployment"
+    assert "volumeClaimTemplates" not in dep["spec"] and "replicas" not in dep["spec"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["data"]
+    hpa = one(docs, "HorizontalPodAutoscaler", dep["metadata"]["name"])
+    scaling = values["retrieval"]["autoscaling"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (
+        scaling["minReplicas"],
+        scaling["maxReplicas"],
+    )
+    one(docs, "PodDisruptionBudget", f"{RELEASE}-hippo-retrieval")
+    env = config(docs, "retrieval")
+    assert env["HIPPO_RETRIEVAL_LEXICAL_INDEX"] == "qdrant"
+    assert env["HIPPO_RETRIEVAL_QDRANT_URL"] == f"http://{RELEASE}-qdrant:6333"
+    assert env["HIPPO_RETRIEVAL_QDRANT_SHARD_NUMBER"] == "6"
+    assert env["HIPPO_RETRIEVAL_QDRANT_REPLICATION_FACTOR"] == "2"
+    qdrant = values["qdrant"]
+    assert qdrant["replicaCount"] >= 3 and qdrant["config"]["cluster"]["enabled"]
+    assert int(env["HIPPO_RETRIEVAL_QDRANT_REPLICATION_FACTOR"]) <= qdrant["replicaCount"]
+    local = render(merged("cluster-large", {"qdrant": {"enabled": False}}))
+    assert workload(local, "retrieval")["kind"] == "StatefulSet"
+    embedded = render(merged("default", {"retrieval": {"lexicalIndex": "qdrant"}}))
+    assert workload(embedded, "retrieval")["kind"] == "StatefulSet"
+    assert config(embedded, "retrieval")["HIPPO_RETRIEVAL_LEXICAL_INDEX"] == "qdrant"
 
 
 def test_cluster_mode_database_url_comes_from_a_secret() -> None:

@@ -103,7 +103,17 @@ run as Deployments. dict "root" $ "name" "audit".
 */}}
 {{- define "hippo.stateful" -}}
 {{- $info := index (fromYaml (include "hippo.catalog" .root)) .name -}}
-{{- if and $info.stateful (or $info.projections (not (include "hippo.cluster" .root))) }}
+{{- if and $info.stateful (or $info.projections (not (include "hippo.cluster" .root))) (not (include "hippo.statelessRetrieval" .)) }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" for retrieval when it keeps nothing on its disk: cluster mode, a Qdrant server and
+BM25 on it (lexicalIndex qdrant): both indexes are collections every replica shares.
+*/}}
+{{- define "hippo.statelessRetrieval" -}}
+{{- if and (eq .name "retrieval") (include "hippo.cluster" .root) (include "hippo.qdrantUrl" .root) (eq .root.Values.retrieval.lexicalIndex "qdrant") }}
 {{- true }}
 {{- end }}
 {{- end }}

@@ -333,3 +333,37 @@ async def test_indexes_ahead_of_a_restored_store_are_rebuilt(tmp_path: Path) -> 
     found = await svc.search(scope, "Porto", None, Mode.LEXICAL, 5)
     assert [h.turn.memory_id for h in found.hits] == [after.memory_id]
     svc.close()
+
+
+def test_server_collections_are_created_with_the_configured_layout(tmp_path: Path) -> None:
+    """shard_number and replication_factor reach the server's create_collection for the
+    data collections (the one-point `_meta` companions get one shard, as many copies)."""
+    created: list[tuple[str, int, int]] = []
+
+    class Spy(QdrantClient):
+        def close(self, grpc_grace: float | None = None, **kwargs: object) -> None:
+            pass
+
+        def create_collection(self, collection_name: str, **kwargs: object) -> bool:  # type: ignore[override]
+            created.append(
+                (collection_name, kwargs["shard_number"], kwargs["replication_factor"])  # type: ignore[arg-type]
+            )
+            return super().create_collection(collection_name, **kwargs)  # type: ignore[arg-type]
+
+    spy = Spy(path=str(tmp_path / "qdrant"))
+    server = QdrantServer(
+        "http://unused", None, "turns", 5.0, connect=lambda: spy, shards=6, replication=2
+    )
+    try:
+        server.vector_collection("turns_g1", DIM).close()
+        server.lexical_collection("turns_lexical_g1").close()
+    finally:
+        QdrantClient.close(spy)
+    assert sorted(created) == [
+        ("turns_g1", 6, 2),
+        ("turns_g1_meta", 1, 2),
+        ("turns_lexical_g1", 6, 2),
+        ("turns_lexical_g1_meta", 1, 2),
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        QdrantServer("http://unused", None, "turns", 5.0, shards=0)

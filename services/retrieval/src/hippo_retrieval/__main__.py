@@ -65,6 +65,8 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
             settings.qdrant_api_key.get_secret_value() or None,
             settings.qdrant_collection,
             settings.qdrant_timeout_seconds,
+            shards=settings.qdrant_shard_number,
+            replication=settings.qdrant_replication_factor,
         )
     store: TurnStore
     replicas: Replicas | None = None

@@ -100,6 +100,22 @@ class RetrievalSettings(ServiceSettings):
         "with qdrant_url, retrieval is stateless: both indexes are collections every "
         "replica shares and nothing is written under data_dir (docs/recall.md).",
     )
+    qdrant_shard_number: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Qdrant server: shards of each collection retrieval creates (spread "
+        "over the cluster's nodes; several per node let it rebalance when nodes are added). "
+        "Only read when a collection is created.",
+    )
+    qdrant_replication_factor: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Qdrant server: copies of each shard on different nodes (2+: a node "
+        "can fail without losing or blocking the index). Only read when a collection is "
+        "created; at most the cluster's node count.",
+    )
     qdrant_timeout_seconds: float = Field(
         5.0, gt=0, description="Deadline of each call to the Qdrant server."
     )

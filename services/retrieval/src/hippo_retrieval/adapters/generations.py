@@ -42,7 +42,7 @@ from qdrant_client import QdrantClient
 from hippo_core.files import write_atomic
 from hippo_retrieval import metrics
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
-from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
+from hippo_retrieval.adapters.qdrant_vectors import Layout, QdrantVectorIndex
 from hippo_retrieval.adapters.shared_indexes import LeasedIndex, WriterLease
 from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
@@ -67,9 +67,15 @@ class QdrantServer:
         collection: str,
         timeout_s: float,
         connect: Callable[[], QdrantClient] | None = None,
+        *,
+        shards: int = 1,
+        replication: int = 1,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        if shards < 1 or replication < 1:
+            raise ValueError("shards and replication must be at least 1")
+        self.layout = Layout(shards, replication)
         self.url = url
         self.api_key = api_key
         self.collection = collection
@@ -110,7 +116,11 @@ class QdrantServer:
         client = self.client()
         try:
             return QdrantVectorIndex(
-                client, name, dimension, concurrent_searches=self.concurrent_searches
+                client,
+                name,
+                dimension,
+                concurrent_searches=self.concurrent_searches,
+                layout=self.layout,
             )
         except BaseException:
             client.close()
@@ -119,7 +129,9 @@ class QdrantServer:
     def lexical_collection(self, name: str) -> QdrantLexicalIndex:
         client = self.client()
         try:
-            return QdrantLexicalIndex(client, name, concurrent_searches=self.concurrent_searches)
+            return QdrantLexicalIndex(
+                client, name, concurrent_searches=self.concurrent_searches, layout=self.layout
+            )
         except BaseException:
             client.close()
             raise

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -63,6 +64,21 @@ from hippo_retrieval.domain.models import (
 )
 
 META_POINT = 1  # the one point of `<collection>_meta`
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a new collection spreads over a Qdrant cluster: `shards` (spread over nodes)
+    and `replication` (copies of each shard on different nodes). Read only when the
+    collection is created; the `_meta` companion, one point, gets one shard."""
+
+    shards: int = 1
+    replication: int = 1
+
+
+ONE_NODE = Layout()
+
+
 APPLIED_SEQ = "applied_seq"
 
 log = logging.getLogger(__name__)
@@ -82,18 +98,26 @@ class QdrantIndex:
     the client; hence the safe default False."""
 
     def __init__(
-        self, client: QdrantClient, collection: str, *, concurrent_searches: bool = False
+        self,
+        client: QdrantClient,
+        collection: str,
+        *,
+        concurrent_searches: bool = False,
+        layout: Layout = ONE_NODE,
     ) -> None:
         self._client = client
+        self._layout = layout
         self._collection = collection
         self._meta = f"{collection}_meta"
         self._lock = threading.Lock()  # serialises writes (apply), close, and maybe searches
         self._concurrent_searches = concurrent_searches
         self._closed = False
-        created = self._ensure_collection(collection, self._vectors(), self._sparse())
+        created = self._ensure_collection(
+            collection, self._vectors(), self._sparse(), layout.shards
+        )
         self._ensure_indexes()
         self._ensure_collection(
-            self._meta, models.VectorParams(size=1, distance=models.Distance.COSINE), None
+            self._meta, models.VectorParams(size=1, distance=models.Distance.COSINE), None, 1
         )
         if created:
             self._write_applied(0)
@@ -119,12 +143,17 @@ class QdrantIndex:
         name: str,
         vectors: models.VectorParams | dict[str, models.VectorParams],
         sparse: dict[str, models.SparseVectorParams] | None,
+        shards: int,
     ) -> bool:
         """Create `name` if missing (True if this call created it); check it otherwise."""
         if not self._client.collection_exists(name):
             try:
                 self._client.create_collection(
-                    name, vectors_config=vectors, sparse_vectors_config=sparse
+                    name,
+                    vectors_config=vectors,
+                    sparse_vectors_config=sparse,
+                    shard_number=shards,
+                    replication_factor=self._layout.replication,
                 )
                 return True
             except Exception:
@@ -289,11 +318,12 @@ class QdrantVectorIndex(QdrantIndex):
         dimension: int = 384,
         *,
         concurrent_searches: bool = False,
+        layout: Layout = ONE_NODE,
     ) -> None:
         if dimension <= 0:
             raise ValueError("dimension must be positive")
         self._dimension = dimension
-        super().__init__(client, collection, concurrent_searches=concurrent_searches)
+        super().__init__(client, collection, concurrent_searches=concurrent_searches, layout=layout)
 
     def _vectors(self) -> models.VectorParams:
         return models.VectorParams(size=self._dimension, distance=models.Distance.COSINE)

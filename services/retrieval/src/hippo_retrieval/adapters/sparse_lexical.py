@@ -65,7 +65,7 @@ from qdrant_edge import (
 from hippo_retrieval.adapters import qdrant_vectors
 from hippo_retrieval.adapters.analysis import EXACT_BOOST, Analysis, clean_text
 from hippo_retrieval.adapters.edge_vectors import MEMORY_ID, TIME, EdgeIndex, scope_filter
-from hippo_retrieval.adapters.qdrant_vectors import QdrantIndex
+from hippo_retrieval.adapters.qdrant_vectors import ONE_NODE, Layout, QdrantIndex
 from hippo_retrieval.domain.models import Candidate, Scope, StoredTurn
 
 LEXICAL = "lexical"  # the sparse vector's name
@@ -180,10 +180,15 @@ class QdrantLexicalIndex(QdrantIndex):
     vectors; qdrant_vectors.QdrantIndex says how writes and the applied seq work)."""
 
     def __init__(
-        self, client: QdrantClient, collection: str, *, concurrent_searches: bool = False
+        self,
+        client: QdrantClient,
+        collection: str,
+        *,
+        concurrent_searches: bool = False,
+        layout: Layout = ONE_NODE,
     ) -> None:
         self._encoder = SparseEncoder()
-        super().__init__(client, collection, concurrent_searches=concurrent_searches)
+        super().__init__(client, collection, concurrent_searches=concurrent_searches, layout=layout)
 
     def _vectors(self) -> dict[str, models.VectorParams]:
         return {}

@@ -1,0 +1,156 @@
+"""BM25 in Tantivy vs BM25 on Qdrant sparse vectors: lexical recall@k side by side.
+
+The lexical port alone, in-process, no embedding and no gateway: every turn of a
+LoCoMo-format file goes as its context document (documents.py: date, speaker, previous
+turn, attachment) into
+
+* `tantivy`         TantivyIndex without typo repair (the same terms as the sparse index),
+* `tantivy+typos`   TantivyIndex with typo repair (the product default),
+* `qdrant-edge`     EdgeLexicalIndex (the Qdrant engine in-process),
+* `qdrant-local`    QdrantLexicalIndex over qdrant-client's local mode (a server's API),
+
+and every question with evidence is asked of each (LEXICAL, top 25, in its
+conversation's user scope). Reports evidence R@5/10/25 per category and overall, the
+mean overlap of each index's top 10 with Tantivy's, and search latency. The hybrid
+comparison through the whole service is `bench/recall_locomo.py --compare
+HIPPO_RETRIEVAL_LEXICAL_INDEX=tantivy,qdrant`.
+
+    .venv/bin/python bench/lexical_parity.py [--data FILE] [--informal SEED]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from informal import informal
+from qdrant_client import QdrantClient
+
+from hippo_cli import locomo
+from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
+from hippo_retrieval.adapters.tantivy_index import TantivyIndex
+from hippo_retrieval.domain.documents import ATTACHMENT, SPEAKER, lexical_document
+from hippo_retrieval.domain.models import Role, Scope, StoredTurn
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+KS = (5, 10, 25)
+TENANT = "bench"
+NAMESPACE = uuid.UUID("9a4c1a52-2f0e-4a57-9d8e-0f5d6b3c2a11")
+
+
+def stored_turns(conversations: list[locomo.Conversation]) -> list[StoredTurn]:
+    """Each conversation as one user's turns, sessions as `hippo replay` maps them."""
+    out: list[StoredTurn] = []
+    for conv in conversations:
+        previous: StoredTurn | None = None
+        for t in conv.turns:
+            metadata = {SPEAKER: t.speaker}
+            if t.caption:
+                metadata[ATTACHMENT] = t.caption
+            turn = StoredTurn(
+                seq=len(out) + 1,
+                memory_id=str(uuid.uuid5(NAMESPACE, f"{conv.sample_id}/{t.dia_id}")),
+                tenant=TENANT,
+                user=conv.sample_id,
+                session=f"session_{t.session}",
+                role=Role.USER if t.speaker == conv.speaker_a else Role.ASSISTANT,
+                text=t.text,
+                time_us=t.time_us,
+                client_id=t.dia_id,
+                metadata=metadata,
+                vector=None,
+            )
+            same_session = previous is not None and previous.session == turn.session
+            document = lexical_document(turn, previous if same_session else None)
+            out.append(replace(turn, document=document))
+            previous = turn
+    return out
+
+
+def recall(evidence: tuple[str, ...], found: list[str], k: int) -> float:
+    return len(set(evidence) & set(found[:k])) / len(evidence)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--informal", type=int, metavar="SEED", help="ask typo-laden rewrites")
+    args = parser.parse_args()
+    conversations = locomo.load(args.data)
+    turns = stored_turns(conversations)
+    dia = {t.memory_id: t.client_id for t in turns}
+    with tempfile.TemporaryDirectory(prefix="hippo-lexical-") as tmp:
+        root = Path(tmp)
+        opened: dict[str, Any] = {
+            "tantivy": TantivyIndex(root / "tantivy"),
+            "tantivy+typos": TantivyIndex(root / "tantivy-typos", typos=True),
+            "qdrant-edge": EdgeLexicalIndex(root / "edge"),
+            "qdrant-local": QdrantLexicalIndex(QdrantClient(path=str(root / "local")), "bench"),
+        }
+        load_s: dict[str, float] = {}
+        for name, index in opened.items():
+            started = time.perf_counter()
+            for page in range(0, len(turns), 500):
+                index.apply(turns[page : page + 500])
+            index.commit()
+            load_s[name] = time.perf_counter() - started
+        rows: dict[str, dict[str, list[float]]] = {n: defaultdict(list) for n in opened}
+        overlap: dict[str, list[float]] = defaultdict(list)
+        latency: dict[str, list[float]] = defaultdict(list)
+        asked = 0
+        for conv in conversations:
+            scope = Scope(tenant=TENANT, user=conv.sample_id)
+            for q in conv.questions:
+                if not q.evidence:
+                    continue
+                asked += 1
+                text = q.question if args.informal is None else informal(q.question, args.informal)
+                found: dict[str, list[str]] = {}
+                for name, index in opened.items():
+                    search: Callable[..., Any] = index.search
+                    started = time.perf_counter()
+                    hits = search(scope, text, max(KS))
+                    latency[name].append(time.perf_counter() - started)
+                    found[name] = [dia[h.memory_id] for h in hits]
+                    for group in ("all", str(q.category)):
+                        for k in KS:
+                            rows[name][f"{group}@{k}"].append(recall(q.evidence, found[name], k))
+                for name in opened:
+                    top, base = set(found[name][:10]), set(found["tantivy"][:10])
+                    overlap[name].append(len(top & base) / max(1, len(base)))
+        for index in opened.values():
+            index.close()
+    print(f"\nlexical recall@k (%), {args.data.name}: {len(turns)} turns, {asked} questions")
+    print(
+        "" if args.informal is None else f"(questions rewritten informally, seed {args.informal})"
+    )
+    groups = ["all", "1", "2", "3", "4", "5"]
+    head = "| index | " + " | ".join(
+        f"{g if g == 'all' else locomo.CATEGORIES[int(g)]} R@{k}" for g in groups for k in KS[:2]
+    )
+    print(head + " | all R@25 | top-10 overlap with tantivy | p50 ms | load s |")
+    print("|" + "---|" * (len(groups) * 2 + 5))
+    for name in opened:
+        cells = " | ".join(
+            f"{100 * statistics.fmean(rows[name][f'{g}@{k}']):.1f}" for g in groups for k in KS[:2]
+        )
+        print(
+            f"| {name} | {cells} | {100 * statistics.fmean(rows[name]['all@25']):.1f} | "
+            f"{100 * statistics.fmean(overlap[name]):.0f}% | "
+            f"{1000 * statistics.median(latency[name]):.2f} | {load_s[name]:.1f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
