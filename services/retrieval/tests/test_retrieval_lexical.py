@@ -75,12 +75,12 @@ Lexical = TantivyIndex | EdgeLexicalIndex | QdrantLexicalIndex
 KINDS = ["tantivy", "qdrant-edge", "qdrant-local"]
 
 
-def open_lexical(kind: str, path: Path) -> Lexical:
+def open_lexical(kind: str, path: Path, *, typos: bool = False) -> Lexical:
     if kind == "tantivy":
-        return TantivyIndex(path)
+        return TantivyIndex(path, typos=typos)
     if kind == "qdrant-edge":
-        return EdgeLexicalIndex(path)
-    return QdrantLexicalIndex(QdrantClient(path=str(path)), "lexical")
+        return EdgeLexicalIndex(path, typos=typos)
+    return QdrantLexicalIndex(QdrantClient(path=str(path)), "lexical", typos=typos)
 
 
 @pytest.fixture(params=KINDS)
@@ -571,8 +571,10 @@ TYPO_TURNS = [
 ]
 
 
-def test_typo_repair_finds_the_word_a_slip_away(tmp_path: Path) -> None:
-    plain, repairing = TantivyIndex(tmp_path / "a"), TantivyIndex(tmp_path / "b", typos=True)
+@pytest.mark.parametrize("kind", KINDS)
+def test_typo_repair_finds_the_word_a_slip_away(kind: str, tmp_path: Path) -> None:
+    plain = open_lexical(kind, tmp_path / "a")
+    repairing = open_lexical(kind, tmp_path / "b", typos=True)
     try:
         for ix in (plain, repairing):
             load(ix, [turn(i + 1, t) for i, t in enumerate(TYPO_TURNS)])
@@ -597,3 +599,19 @@ def test_typo_repair_finds_the_word_a_slip_away(tmp_path: Path) -> None:
     finally:
         plain.close()
         repairing.close()
+
+
+@pytest.mark.parametrize("kind", ["qdrant-edge", "qdrant-local"])
+def test_sparse_typo_repair_reads_only_the_users_own_turns(kind: str, tmp_path: Path) -> None:
+    """The sparse index asks its own scope whether a word is known: a word only another
+    user's turns hold is still repaired for this user, and another user's words are
+    never what a repair turns into."""
+    ix = open_lexical(kind, tmp_path / "lexical", typos=True)
+    try:
+        mine = turn(1, "we went to the research lab")
+        load(ix, [mine, turn(2, "reserch is how bob spells it", user="bob")])
+        load(ix, [turn(3, "my adoption papers", user="bob")])
+        assert ids(ix.search(SCOPE, "reserch", 10)) == [mine.memory_id]
+        assert ix.search(SCOPE, "adopton", 10) == []  # only bob holds "adopt"
+    finally:
+        ix.close()

@@ -97,7 +97,9 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
             if settings.lexical_index == QDRANT:
                 # Stateless: nothing under data_dir, both indexes shared on the server.
                 lexical_lease = database.lease(f"lexical-projector:{server.shared_lexical_name}")
-                indexes = SharedIndexSet(server, vector_lease, lexical_lease)
+                indexes = SharedIndexSet(
+                    server, vector_lease, lexical_lease, typos=settings.typo_repair
+                )
             else:
                 indexes = LocalIndexSet(
                     root, server=server, lease=vector_lease, typos=settings.typo_repair

@@ -95,8 +95,8 @@ class RetrievalSettings(ServiceSettings):
     lexical_index: Literal["tantivy", "qdrant"] = Field(
         "tantivy",
         description="The BM25 engine. tantivy: a Tantivy index under data_dir (the "
-        "default; typo repair). qdrant: sparse vectors in the same Qdrant as the vectors "
-        "(in-process under data_dir, or on qdrant_url), no typo repair; in cluster mode "
+        "default). qdrant: sparse vectors in the same Qdrant as the vectors "
+        "(in-process under data_dir, or on qdrant_url); in cluster mode "
         "with qdrant_url, retrieval is stateless: both indexes are collections every "
         "replica shares and nothing is written under data_dir (docs/recall.md).",
     )
@@ -152,8 +152,7 @@ class RetrievalSettings(ServiceSettings):
     typo_repair: bool = Field(
         True,
         description="BM25: a query word of 4+ letters that no stored turn holds is searched "
-        "as the words one typing slip away that turns do hold (docs/recall.md). Tantivy "
-        "only: with lexical_index=qdrant query words are searched as typed.",
+        "as the words one typing slip away that turns do hold (docs/recall.md).",
     )
     candidates: int = Field(
         100,

@@ -126,11 +126,15 @@ class QdrantServer:
             client.close()
             raise
 
-    def lexical_collection(self, name: str) -> QdrantLexicalIndex:
+    def lexical_collection(self, name: str, *, typos: bool = False) -> QdrantLexicalIndex:
         client = self.client()
         try:
             return QdrantLexicalIndex(
-                client, name, concurrent_searches=self.concurrent_searches, layout=self.layout
+                client,
+                name,
+                concurrent_searches=self.concurrent_searches,
+                layout=self.layout,
+                typos=typos,
             )
         except BaseException:
             client.close()
@@ -173,7 +177,7 @@ class LocalIndexSet:
         self._server = server
         self._lease = lease
         self._shared: LeasedIndex | None = None
-        self._typos = typos  # the lexical index repairs query typos (TantivyIndex)
+        self._typos = typos  # the lexical index repairs query typos
         self._lexical = lexical
 
     @property
@@ -237,9 +241,10 @@ class LocalIndexSet:
         if self._lexical == TANTIVY:
             lexical = TantivyIndex(folder / "lexical", typos=self._typos)
         elif self._server is None:
-            lexical = EdgeLexicalIndex(folder / "lexical-sparse")
+            lexical = EdgeLexicalIndex(folder / "lexical-sparse", typos=self._typos)
         else:
-            lexical = self._server.lexical_collection(self._server.lexical_name(generation))
+            name = self._server.lexical_name(generation)
+            lexical = self._server.lexical_collection(name, typos=self._typos)
         try:
             vectors: VectorIndex
             if self._server is None:
@@ -284,9 +289,15 @@ class SharedIndexSet:
     with no rebuild of this replica's."""
 
     def __init__(
-        self, server: QdrantServer, vector_lease: WriterLease, lexical_lease: WriterLease
+        self,
+        server: QdrantServer,
+        vector_lease: WriterLease,
+        lexical_lease: WriterLease,
+        *,
+        typos: bool = False,
     ) -> None:
         self._server = server
+        self._typos = typos
         self._vector_lease = vector_lease
         self._lexical_lease = lexical_lease
         self._vectors: LeasedIndex | None = None
@@ -330,7 +341,9 @@ class SharedIndexSet:
     def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
         if self._lexical is None:
             self._lexical = LeasedIndex(
-                self._server.lexical_collection(self._server.shared_lexical_name),
+                self._server.lexical_collection(
+                    self._server.shared_lexical_name, typos=self._typos
+                ),
                 self._lexical_lease,
                 gauge=metrics.LEXICAL_WRITER,
             )

@@ -293,6 +293,16 @@ class QdrantIndex:
         with self._lock:
             return run()
 
+    def _query_batch(self, requests: list[models.QueryRequest]) -> list[models.QueryResponse]:
+        def run() -> list[models.QueryResponse]:
+            self._require_open()
+            return self._client.query_batch_points(self._collection, requests)
+
+        if self._concurrent_searches:
+            return run()
+        with self._lock:
+            return run()
+
     def count(self) -> int:
         """Points stored (all tenants): for tests and metrics."""
         with self._lock:

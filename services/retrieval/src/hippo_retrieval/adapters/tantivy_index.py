@@ -70,7 +70,15 @@ from tantivy import (
     Searcher,
 )
 
-from hippo_retrieval.adapters.analysis import EXACT_BOOST, Analysis, clean_text
+from hippo_retrieval.adapters.analysis import (
+    EXACT_BOOST,
+    TYPO_MAX_TERMS,
+    TYPO_MIN_CHARS,
+    TYPO_WEIGHT,
+    Analysis,
+    clean_text,
+    one_edit,
+)
 from hippo_retrieval.domain.models import (
     Candidate,
     Change,
@@ -95,14 +103,6 @@ APPLIED_SEQ_KEY = "applied_seq"
 
 TEXT_TOKENIZER = "hippo_en_stem_v1"
 EXACT_TOKENIZER = "hippo_exact_v1"
-
-# Typo repair (`typos=True`): a query term of this many letters or more that no document
-# holds is replaced by the terms one edit away that documents do hold, weighted by this
-# (a guess counts for less than a word the user typed right).
-TYPO_MIN_CHARS = 4
-TYPO_WEIGHT = 0.8
-TYPO_MAX_TERMS = 16  # unknown query terms repaired per query (a pasted log has many)
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 class IndexLockedError(RuntimeError):
@@ -301,7 +301,7 @@ class TantivyIndex:
         for token in terms.text:
             if repairs and len(token) >= TYPO_MIN_CHARS and not searcher.doc_freq(TEXT, token):
                 repairs -= 1
-                known = [t for t in _one_edit(token) if searcher.doc_freq(TEXT, t)]
+                known = [t for t in one_edit(token) if searcher.doc_freq(TEXT, t)]
                 if known:
                     repaired = Query.boolean_query(
                         [(Occur.Should, self._term(TEXT, t)) for t in known]
@@ -348,18 +348,6 @@ class TantivyIndex:
                 )
             )
         return Query.boolean_query(clauses)
-
-
-def _one_edit(term: str) -> list[str]:
-    """Every string one edit from `term` (a letter dropped, swapped with the next,
-    replaced or added: Norvig's candidates), the way a thumb slips on a phone."""
-    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
-    out = {a + b[1:] for a, b in splits if b}
-    out |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
-    out |= {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
-    out |= {a + c + b for a, b in splits for c in _LETTERS}
-    out.discard(term)
-    return sorted(out)
 
 
 __all__ = ["IndexLockedError", "TantivyIndex"]
