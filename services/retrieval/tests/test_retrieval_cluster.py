@@ -329,12 +329,14 @@ async def test_one_replica_writes_the_shared_collection_the_others_search_it(
     assert shared_qdrant.client().count("turns_shared", exact=True).count == 5
 
 
+@pytest.mark.parametrize("stateless", [False, True])
 async def test_a_replica_starting_behind_the_shared_writer_waits_for_it(
-    cluster: Cluster, shared_qdrant: QdrantServer
+    cluster: Cluster, shared_qdrant: QdrantServer, stateless: bool
 ) -> None:
     """SERVING only once caught up: a replica that does not write the shared collection
-    still waits, at start, until its writer has applied the feed."""
-    cluster.server = shared_qdrant
+    (stateless: either shared collection) still waits, at start, until its writer has
+    applied the feed."""
+    cluster.server, cluster.stateless = shared_qdrant, stateless
     a = cluster.replica("a", interval=0.2)
     await a.write("t1", [turn(f"n{i}", seed=60 + i) for i in range(3)], False, None)
     b = cluster.replica("b")  # open() returned: caught up in both of its indexes
