@@ -19,12 +19,20 @@ repair), and search latency. The hybrid
 comparison through the whole service is `bench/recall_locomo.py --compare
 HIPPO_RETRIEVAL_LEXICAL_INDEX=tantivy,qdrant`.
 
-    .venv/bin/python bench/lexical_parity.py [--data FILE] [--informal SEED]
+`--hybrid` asks HYBRID instead, of the retrieval service itself (RetrievalService over a
+SQLite store, in-process, typo repair on, the service's default fusion), once per arm:
+`tantivy` (Tantivy + vectors in the Qdrant engine, the default), `qdrant-edge` (both
+indexes in the Qdrant engine), `qdrant-local` (both as collections through qdrant-client's
+local mode: a server's path). Turns and questions are embedded once, with the built-in
+model, as the gateway embeds them.
+
+    .venv/bin/python bench/lexical_parity.py [--data FILE] [--informal SEED] [--hybrid]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import tempfile
@@ -85,12 +93,117 @@ def recall(evidence: tuple[str, ...], found: list[str], k: int) -> float:
     return len(set(evidence) & set(found[:k])) / len(evidence)
 
 
+def always(client: QdrantClient) -> Callable[[], QdrantClient]:
+    return lambda: client
+
+
+def questions_of(
+    conversations: list[locomo.Conversation], seed: int | None
+) -> list[tuple[str, locomo.Question, str]]:
+    """(user, question, the text asked) for every question with evidence."""
+    return [
+        (conv.sample_id, q, q.question if seed is None else informal(q.question, seed))
+        for conv in conversations
+        for q in conv.questions
+        if q.evidence
+    ]
+
+
+async def hybrid(conversations: list[locomo.Conversation], args: argparse.Namespace) -> int:
+    from hippo_core.embedding import vector_text
+    from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
+    from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
+    from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
+    from hippo_retrieval.domain.models import Mode, NewTurn
+    from hippo_retrieval.domain.retriever import FusionConfig
+    from hippo_retrieval.domain.service import ProjectionConfig, RetrievalService
+    from hippo_retrieval.domain.validation import Limits
+
+    class Shared(QdrantClient):
+        """Local mode locks its folder per client: the index set's collections share one."""
+
+        def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
+            pass
+
+    turns = stored_turns(conversations)
+    asked = questions_of(conversations, args.informal)
+    encoder = OnnxEncoder(threads=2)
+    print(f"embedding {len(turns)} turns and {len(asked)} questions ...", file=sys.stderr)
+    turn_vectors = encoder.encode([vector_text(t.text, t.metadata) for t in turns])
+    query_vectors = encoder.encode([text for _, _, text in asked])
+    new = [
+        NewTurn(
+            t.memory_id, t.tenant, t.user, t.session, t.role, t.text, t.time_us,
+            t.client_id, t.metadata, turn_vectors[i],
+        )
+        for i, t in enumerate(turns)
+    ]  # fmt: skip
+    dia = {t.memory_id: t.client_id for t in turns}
+    table: dict[str, dict[str, list[float]]] = {}
+    latency: dict[str, list[float]] = {}
+    for arm in ("tantivy", "qdrant-edge", "qdrant-local"):
+        with tempfile.TemporaryDirectory(prefix="hippo-hybrid-") as tmp:
+            root = Path(tmp)
+            shared = Shared(path=str(root / "qdrant")) if arm == "qdrant-local" else None
+            server = None
+            if shared is not None:
+                server = QdrantServer("local", None, "bench", 30.0, connect=always(shared))
+            lexical = "tantivy" if arm == "tantivy" else "qdrant"
+            service = RetrievalService(
+                SqliteTurnStore(root / "turns.sqlite3"),
+                LocalIndexSet(root, server=server, typos=True, lexical=lexical),
+                fusion=FusionConfig(),
+                projection=ProjectionConfig(purge_delay_s=None, filter_keys=frozenset()),
+                limits=Limits(max_turns=1024, dimension=len(turn_vectors[0])),
+                threads=2,
+            )
+            service.open()
+            try:
+                for start in range(0, len(new), 500):
+                    await service.write(TENANT, new[start : start + 500], True, 60.0)
+                rows: dict[str, list[float]] = defaultdict(list)
+                seconds: list[float] = []
+                for i, (user, q, text) in enumerate(asked):
+                    started = time.perf_counter()
+                    result = await service.search(
+                        Scope(TENANT, user), text, query_vectors[i], Mode.HYBRID, max(KS)
+                    )
+                    seconds.append(time.perf_counter() - started)
+                    found = [dia[h.turn.memory_id] for h in result.hits]
+                    for group in ("all", str(q.category)):
+                        for k in KS:
+                            rows[f"{group}@{k}"].append(recall(q.evidence, found, k))
+                table[arm], latency[arm] = rows, seconds
+            finally:
+                service.close()
+                if shared is not None:
+                    QdrantClient.close(shared)
+    label = (
+        "" if args.informal is None else f", questions rewritten informally (seed {args.informal})"
+    )
+    print(f"\nhybrid recall@k (%) through RetrievalService, {args.data.name}{label}\n")
+    groups = ["all", "1", "2", "3", "4", "5"]
+    names = {g: g if g == "all" else locomo.CATEGORIES[int(g)] for g in groups}
+    print("| arm | " + " | ".join(f"{names[g]} R@5 / R@10 / R@25" for g in groups) + " | p50 ms |")
+    print("|" + "---|" * (len(groups) + 2))
+    for arm, rows in table.items():
+        cells = " | ".join(
+            " / ".join(f"{100 * statistics.fmean(rows[f'{g}@{k}']):.1f}" for k in KS)
+            for g in groups
+        )
+        print(f"| {arm} | {cells} | {1000 * statistics.median(latency[arm]):.1f} |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--informal", type=int, metavar="SEED", help="ask typo-laden rewrites")
+    parser.add_argument("--hybrid", action="store_true", help="HYBRID through the service")
     args = parser.parse_args()
     conversations = locomo.load(args.data)
+    if args.hybrid:
+        return asyncio.run(hybrid(conversations, args))
     turns = stored_turns(conversations)
     dia = {t.memory_id: t.client_id for t in turns}
     with tempfile.TemporaryDirectory(prefix="hippo-lexical-") as tmp:

@@ -40,11 +40,12 @@ added on the server without changing this adapter's filters.
 
 Typo repair (`typos=True`, as the Tantivy index's): a query term of 4+ letters that none
 of the user's turns holds is replaced by the terms one edit away that some do, each
-weighted TYPO_WEIGHT. The engine has no term dictionary to ask, so "holds" is asked of
-the index itself: one single-term query per term (limit 1, the search's own scope), all
-of a search's in one batch (`query_batch`: one pass over the segments; one round trip to
-a server), first for the query's terms, then for the unknown ones' candidates. About 5 ms
-per unknown word in-process at 2k turns; nothing when every word is known. Unlike
+weighted TYPO_WEIGHT. The engine has no term dictionary to ask, so the index itself is
+asked, within the search's own scope (`repairs`): a batch of single-term queries (limit
+1) says which query terms no turn holds, and one query per unknown term, with all its
+one-edit candidates, reads which of those occur in the REPAIR_SCAN best-matching turns.
+Measured in-process (bench/lexical_parity.py): BM25 p50 4.9 ms per informal dev question
+against 1.3 ms for Tantivy's repair, 1.9 ms against 0.6 ms on the clean questions. Unlike
 Tantivy's, which asks the whole index, this asks only the user's own turns: another
 user's vocabulary never steers a repair.
 
@@ -103,12 +104,16 @@ BATCH = 1024  # single-term queries per batch (typo repair's exact checks)
 REPAIR_SCAN = 100  # turns whose terms one typo-repair query reads
 
 
-@lru_cache(maxsize=1 << 16)  # words are Zipfian: most lookups hit (hashing was ~45% of encoding)
-def term_id(space: bytes, term: str) -> int:
+def hashed(space: bytes, term: str) -> int:
     """The dimension of `term` in a field's term space: 32 bits of BLAKE2b, stable across
     processes and versions (Python's hash() is salted per process)."""
     digest = hashlib.blake2b(space + term.encode("utf-8"), digest_size=4).digest()
     return int.from_bytes(digest, "little")
+
+
+# `hashed`, remembered: words are Zipfian, so most lookups hit (hashing was ~45% of the
+# encoding time). Typo candidates, which are mostly not words, use `hashed` itself.
+term_id = lru_cache(maxsize=1 << 16)(hashed)
 
 
 class SparseEncoder:
@@ -164,21 +169,16 @@ def repairs(terms: QueryTerms, vocabulary: Vocabulary) -> dict[str, list[str]]:
     """Typo repair (module docstring): for each unknown query term of TYPO_MIN_CHARS+
     letters (the first TYPO_MAX_TERMS), the terms one edit away that the scope's turns
     hold; a term with no such neighbour is left out (searched as typed). Queries: one
-    for the query's terms (the rare doubtful one checked exactly), one per unknown term
-    with all its candidates."""
+    batch of single-term ones for the query's terms, one per unknown term with all its
+    candidates."""
     probe = [t for t in terms.text if len(t) >= TYPO_MIN_CHARS]
     if not probe:
         return {}
-    dims = [term_id(TEXT_SPACE, t) for t in probe]
-    seen = vocabulary.among(dims)
-    doubtful = [(t, d) for t, d in zip(probe, dims, strict=True) if d not in seen]
-    if not doubtful:
-        return {}
-    held = vocabulary.each([d for _, d in doubtful])
-    unknown = [t for (t, _), known in zip(doubtful, held, strict=True) if not known]
+    held = vocabulary.each([term_id(TEXT_SPACE, t) for t in probe])
+    unknown = [t for t, known in zip(probe, held, strict=True) if not known]
     out: dict[str, list[str]] = {}
     for term in unknown[:TYPO_MAX_TERMS]:
-        candidates = {term_id(TEXT_SPACE, c): c for c in one_edit(term)}
+        candidates = {hashed(TEXT_SPACE, c): c for c in one_edit(term)}
         found = vocabulary.among(list(candidates))
         if found:
             out[term] = sorted(candidates[d] for d in found if d in candidates)
