@@ -113,6 +113,17 @@ def vector_list(vector: Vector, dimension: int, what: str) -> list[float] | None
     return [float(x) for x in row]
 
 
+def turn_row(turn: StoredTurn, dimension: int) -> list[float] | None:
+    """The turn's vector as its point's, or None: it has none, or one cosine cannot score
+    (logged: the turn stays BM25-searchable)."""
+    if turn.vector is None:
+        return None
+    row = vector_list(turn.vector, dimension, turn.memory_id)
+    if row is None:
+        log.warning("turn %s has a zero or non-finite vector", turn.memory_id)
+    return row
+
+
 def deletion_groups(deletions: Sequence[Deletion]) -> dict[str, set[str]]:
     """Point ids to delete, per tenant (a deletion only ever matches its tenant's points)."""
     by_tenant: dict[str, set[str]] = {}
@@ -313,12 +324,7 @@ class EdgeVectorIndex(EdgeIndex):
         super().__init__(path, shard_config(dimension))
 
     def _point_vector(self, turn: StoredTurn) -> list[float] | None:
-        if turn.vector is None:
-            return None
-        row = vector_list(turn.vector, self._dimension, turn.memory_id)
-        if row is None:
-            log.warning("turn %s has a zero or non-finite vector", turn.memory_id)
-        return row
+        return turn_row(turn, self._dimension)
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         if limit <= 0:

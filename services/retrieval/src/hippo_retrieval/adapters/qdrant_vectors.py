@@ -50,6 +50,7 @@ from hippo_retrieval.adapters.edge_vectors import (
     payload,
     point_id,
     runs,
+    turn_row,
     vector_list,
 )
 from hippo_retrieval.domain.models import (
@@ -339,12 +340,7 @@ class QdrantVectorIndex(QdrantIndex):
         return models.VectorParams(size=self._dimension, distance=models.Distance.COSINE)
 
     def _point_vector(self, turn: StoredTurn) -> list[float] | None:
-        if turn.vector is None:
-            return None
-        row = vector_list(turn.vector, self._dimension, turn.memory_id)
-        if row is None:
-            log.warning("turn %s has a zero or non-finite vector", turn.memory_id)
-        return row
+        return turn_row(turn, self._dimension)
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         if limit <= 0:

@@ -57,10 +57,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 from qdrant_edge import (
@@ -151,18 +151,43 @@ class SparseEncoder:
         return _sorted(weights)
 
 
-class Vocabulary(Protocol):
-    """What typo repair asks of the index, within one search's scope."""
+class Vocabulary:
+    """What typo repair asks of an index, within one search's scope. The engines differ
+    only in how a query is written (`request(dimensions, limit, with_vectors)`), run
+    (`run(requests)`: each request's hits) and read (`indices(hit)`: the dimensions of a
+    hit's sparse vector)."""
+
+    def __init__(
+        self,
+        request: Callable[[list[int], int, bool], Any],
+        run: Callable[[list[Any]], list[Sequence[Any]]],
+        indices: Callable[[Any], Iterable[int]],
+    ) -> None:
+        self._request = request
+        self._run = run
+        self._indices = indices
 
     def among(self, dimensions: list[int]) -> set[int]:
         """Those of `dimensions` found in the REPAIR_SCAN turns of the scope that match
         most of them (one query; a dimension held only by turns beyond those is missed,
         which costs a repair, never a wrong one)."""
-        ...
+        wanted = set(dimensions)
+        [hits] = self._run([self._request(sorted(wanted), REPAIR_SCAN, True)])
+        found: set[int] = set()
+        for hit in hits:
+            found.update(wanted.intersection(self._indices(hit)))
+        return found
 
     def each(self, dimensions: list[int]) -> list[bool]:
-        """For each dimension, whether any turn of the scope holds it (exact)."""
-        ...
+        """For each dimension, whether any turn of the scope holds it (exact: single-term
+        queries, BATCH to a batch)."""
+        out: list[bool] = []
+        for start in range(0, len(dimensions), BATCH):
+            chunk = dimensions[start : start + BATCH]
+            out.extend(
+                bool(hits) for hits in self._run([self._request([d], 1, False) for d in chunk])
+            )
+        return out
 
 
 def repairs(terms: QueryTerms, vocabulary: Vocabulary) -> dict[str, list[str]]:
@@ -190,10 +215,14 @@ def _sorted(weights: dict[int, float]) -> Sparse:
     return indices, [weights[i] for i in indices]
 
 
-def ranked(hits: Sequence[tuple[float, int, str]]) -> list[Candidate]:
-    """(score, time_us, memory_id) best first; equal scores earlier turn first, then by
-    id, as the Tantivy index breaks ties (a replica and a rebuilt index rank alike)."""
-    ordered = sorted((-score, time_us, memory_id) for score, time_us, memory_id in hits)
+def ranked(points: Iterable[Any]) -> list[Candidate]:
+    """Scored points (either engine's: `score`, and `payload` with MEMORY_ID and TIME)
+    best first; equal scores earlier turn first, then by id, as the Tantivy index breaks
+    ties (a replica and a rebuilt index rank alike)."""
+    ordered = sorted(
+        (-float(p.score), int((p.payload or {})[TIME]), str((p.payload or {})[MEMORY_ID]))
+        for p in points
+    )
     return [Candidate(memory_id=m, score=-negative) for negative, _, m in ordered]
 
 
@@ -228,7 +257,7 @@ class EdgeLexicalIndex(EdgeIndex):
             return []
         terms = self._encoder.query_terms(query)
         where = scope_filter(scope)
-        fixed = repairs(terms, _EdgeVocabulary(self, where)) if self._typos else {}
+        fixed = repairs(terms, self._vocabulary(where)) if self._typos else {}
         indices, values = self._encoder.query(terms, fixed)
         if not indices:
             return []
@@ -238,50 +267,23 @@ class EdgeLexicalIndex(EdgeIndex):
             filter=where,
             with_payload=[MEMORY_ID, TIME],
         )
-        hits = self._query(request)
-        return ranked(
-            [
-                (float(h.score), int((h.payload or {})[TIME]), str((h.payload or {})[MEMORY_ID]))
-                for h in hits
-            ]
-        )
+        return ranked(self._query(request))
 
-    def _batch(self, requests: list[QueryRequest]) -> list[Any]:
-        with self._lock:
-            return list(self._require().query_batch(QueryBatchRequest(requests)))
+    def _vocabulary(self, where: EdgeFilter) -> Vocabulary:
+        def request(dimensions: list[int], limit: int, vectors: bool) -> QueryRequest:
+            weights = [1.0] * len(dimensions)
+            return QueryRequest(
+                limit=limit,
+                query=Query.Nearest(SparseVector(dimensions, weights), using=LEXICAL),
+                filter=where,
+                with_vector=vectors,
+            )
 
+        def run(requests: list[QueryRequest]) -> list[Sequence[Any]]:
+            with self._lock:
+                return list(self._require().query_batch(QueryBatchRequest(requests)))
 
-class _EdgeVocabulary:
-    """`Vocabulary` of an edge shard within one search's filter."""
-
-    def __init__(self, index: EdgeLexicalIndex, where: EdgeFilter) -> None:
-        self._index = index
-        self._where = where
-
-    def _request(self, dimensions: list[int], limit: int, vectors: bool) -> QueryRequest:
-        weights = [1.0] * len(dimensions)
-        return QueryRequest(
-            limit=limit,
-            query=Query.Nearest(SparseVector(dimensions, weights), using=LEXICAL),
-            filter=self._where,
-            with_vector=vectors,
-        )
-
-    def among(self, dimensions: list[int]) -> set[int]:
-        wanted = set(dimensions)
-        [hits] = self._index._batch([self._request(sorted(wanted), REPAIR_SCAN, True)])
-        found: set[int] = set()
-        for hit in hits:
-            found.update(wanted.intersection(hit.vector[LEXICAL].indices))
-        return found
-
-    def each(self, dimensions: list[int]) -> list[bool]:
-        out: list[bool] = []
-        for start in range(0, len(dimensions), BATCH):
-            chunk = dimensions[start : start + BATCH]
-            results = self._index._batch([self._request([d], 1, False) for d in chunk])
-            out.extend(bool(r) for r in results)
-        return out
+        return Vocabulary(request, run, lambda hit: hit.vector[LEXICAL].indices)
 
 
 class QdrantLexicalIndex(QdrantIndex):
@@ -321,7 +323,7 @@ class QdrantLexicalIndex(QdrantIndex):
             return []
         terms = self._encoder.query_terms(query)
         where = qdrant_vectors.scope_filter(scope)
-        fixed = repairs(terms, _ClientVocabulary(self, where)) if self._typos else {}
+        fixed = repairs(terms, self._vocabulary(where)) if self._typos else {}
         indices, values = self._encoder.query(terms, fixed)
         if not indices:
             return []
@@ -332,51 +334,29 @@ class QdrantLexicalIndex(QdrantIndex):
             limit,
             [MEMORY_ID, TIME],
         )
-        return ranked(
-            [
-                (float(p.score), int((p.payload or {})[TIME]), str((p.payload or {})[MEMORY_ID]))
-                for p in points
-            ]
-        )
+        return ranked(points)
 
-    def batch(self, requests: list[models.QueryRequest]) -> list[models.QueryResponse]:
-        return self._query_batch(requests)
+    def _vocabulary(self, where: models.Filter) -> Vocabulary:
+        def request(dimensions: list[int], limit: int, vectors: bool) -> models.QueryRequest:
+            return models.QueryRequest(
+                query=models.SparseVector(indices=dimensions, values=[1.0] * len(dimensions)),
+                using=LEXICAL,
+                filter=where,
+                limit=limit,
+                with_vector=[LEXICAL] if vectors else False,
+            )
+
+        def run(requests: list[models.QueryRequest]) -> list[Sequence[Any]]:
+            return [response.points for response in self._query_batch(requests)]
+
+        return Vocabulary(request, run, _sparse_indices)
 
 
-class _ClientVocabulary:
-    """`Vocabulary` of a Qdrant collection within one search's filter."""
-
-    def __init__(self, index: QdrantLexicalIndex, where: models.Filter) -> None:
-        self._index = index
-        self._where = where
-
-    def _request(self, dimensions: list[int], limit: int, vectors: bool) -> models.QueryRequest:
-        return models.QueryRequest(
-            query=models.SparseVector(indices=dimensions, values=[1.0] * len(dimensions)),
-            using=LEXICAL,
-            filter=self._where,
-            limit=limit,
-            with_vector=[LEXICAL] if vectors else False,
-        )
-
-    def among(self, dimensions: list[int]) -> set[int]:
-        wanted = set(dimensions)
-        [response] = self._index.batch([self._request(sorted(wanted), REPAIR_SCAN, True)])
-        found: set[int] = set()
-        for point in response.points:
-            vectors = point.vector if isinstance(point.vector, dict) else {}
-            vector = vectors.get(LEXICAL)
-            if isinstance(vector, models.SparseVector):
-                found.update(wanted.intersection(vector.indices))
-        return found
-
-    def each(self, dimensions: list[int]) -> list[bool]:
-        out: list[bool] = []
-        for start in range(0, len(dimensions), BATCH):
-            chunk = dimensions[start : start + BATCH]
-            responses = self._index.batch([self._request([d], 1, False) for d in chunk])
-            out.extend(bool(r.points) for r in responses)
-        return out
+def _sparse_indices(point: models.ScoredPoint) -> list[int]:
+    """The dimensions of a point's `lexical` sparse vector (none if it came without)."""
+    vectors = point.vector if isinstance(point.vector, dict) else {}
+    vector = vectors.get(LEXICAL)
+    return vector.indices if isinstance(vector, models.SparseVector) else []
 
 
 __all__ = ["EdgeLexicalIndex", "QdrantLexicalIndex", "SparseEncoder", "term_id"]
