@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
+from stats import percentile
 
 from hippo.audit.v1 import audit_pb2, audit_pb2_grpc
 from hippo_core import client
@@ -73,11 +74,6 @@ def entry(i: int, writer: int) -> audit_pb2.NewEntry:
     if i % 2:
         out.private_body.update({"query_fingerprint": uuid.uuid4().hex})
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def appends(addr: str, writers: int, seconds: float, method: str = "Append") -> dict[str, Any]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stats import percentile
 
 from hippo_cli import locomo
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
@@ -98,11 +99,6 @@ def rss_bytes() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def run_arm(args: argparse.Namespace) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from typing import Any
 
 from informal import informal
 from qdrant_client import QdrantClient
+from stats import recall_at
 
 from hippo_cli import locomo
 from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
@@ -87,10 +88,6 @@ def stored_turns(conversations: list[locomo.Conversation]) -> list[StoredTurn]:
             out.append(replace(turn, document=document))
             previous = turn
     return out
-
-
-def recall(evidence: tuple[str, ...], found: list[str], k: int) -> float:
-    return len(set(evidence) & set(found[:k])) / len(evidence)
 
 
 def always(client: QdrantClient) -> Callable[[], QdrantClient]:
@@ -172,7 +169,7 @@ async def hybrid(conversations: list[locomo.Conversation], args: argparse.Namesp
                     found = [dia[h.turn.memory_id] for h in result.hits]
                     for group in ("all", str(q.category)):
                         for k in KS:
-                            rows[f"{group}@{k}"].append(recall(q.evidence, found, k))
+                            rows[f"{group}@{k}"].append(recall_at(q.evidence, found, k))
                 table[arm], latency[arm] = rows, seconds
             finally:
                 service.close()
@@ -242,7 +239,7 @@ def main() -> int:
                     found[name] = [dia[h.memory_id] for h in hits]
                     for group in ("all", str(q.category)):
                         for k in KS:
-                            rows[name][f"{group}@{k}"].append(recall(q.evidence, found[name], k))
+                            rows[name][f"{group}@{k}"].append(recall_at(q.evidence, found[name], k))
                 for name in opened:
                     base_name = "tantivy+typos" if name.endswith("+typos") else "tantivy"
                     top, base = set(found[name][:10]), set(found[base_name][:10])

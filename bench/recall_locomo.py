@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from informal import informal
+from stats import percentile, recall_at
 
 from hippo.memory.v1 import memory_pb2
 from hippo_cli import api, locomo
@@ -51,16 +52,6 @@ DRAGON = {5: 56.7, 10: 66.2, 25: 76.7}
 MODES = ("lexical", "semantic", "hybrid")
 INFORMAL_MODES = ("lexical informal", "hybrid informal")  # --informal: typo-laden rewrites
 OUT = ROOT / "bench" / "out"
-
-
-def recall_at(evidence: tuple[str, ...], found: list[str], k: int) -> float:
-    top = set(found[:k])
-    return sum(1 for e in evidence if e in top) / len(evidence)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 async def ask_all(
