@@ -247,9 +247,17 @@ def shared_qdrant(tmp_path: Path) -> Iterator[QdrantServer]:
     client.close()
 
 
-def advisory_locks(cluster: Cluster) -> int:
-    rows = cluster.raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-    return int(rows[0][0])
+def advisory_locks(cluster: Cluster, expected: int, timeout: float = 5.0) -> int:
+    """The advisory locks held, once they are `expected` or `timeout` has passed: leases
+    are taken by each replica's projector thread, which with an empty feed runs after
+    `open()` has returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = cluster.raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+        held = int(rows[0][0])
+        if held == expected or time.monotonic() >= deadline:
+            return held
+        time.sleep(0.05)
 
 
 def stored(seq: int, seed: int) -> StoredTurn:
@@ -299,12 +307,12 @@ def test_the_shared_index_is_written_only_under_its_lease(
 
 
 async def test_one_replica_writes_the_shared_collection_the_others_search_it(
-    cluster: Cluster, shared_qdrant: QdrantServer
+    shared_qdrant: QdrantServer, cluster: Cluster
 ) -> None:
     cluster.server = shared_qdrant
     a, b = cluster.replica("a"), cluster.replica("b")
     assert a.status().vector_backend == b.status().vector_backend == "qdrant"
-    assert advisory_locks(cluster) == 1  # one writer
+    assert advisory_locks(cluster, 1) == 1  # one writer
     turns = [turn(f"shared note {i}", seed=40 + i) for i in range(4)]
     await b.write("t1", turns[:2], wait_searchable=True, timeout=5.0)
     await a.write("t1", turns[2:], wait_searchable=True, timeout=5.0)
@@ -321,7 +329,7 @@ async def test_one_replica_writes_the_shared_collection_the_others_search_it(
     late = turn("after the writer left", seed=50)
     assert (await other.write("t1", [late], wait_searchable=True, timeout=8.0)).searchable
     assert await semantic(other, 50) == [late.memory_id]
-    assert advisory_locks(cluster) == 1
+    assert advisory_locks(cluster, 1) == 1
     # A reindex rebuilds the replica's own BM25 index; the shared collection stays.
     [p async for p in other.reindex()]
     assert other.status().generation == 2
@@ -331,7 +339,7 @@ async def test_one_replica_writes_the_shared_collection_the_others_search_it(
 
 @pytest.mark.parametrize("stateless", [False, True])
 async def test_a_replica_starting_behind_the_shared_writer_waits_for_it(
-    cluster: Cluster, shared_qdrant: QdrantServer, stateless: bool
+    shared_qdrant: QdrantServer, cluster: Cluster, stateless: bool
 ) -> None:
     """SERVING only once caught up: a replica that does not write the shared collection
     (stateless: either shared collection) still waits, at start, until its writer has
@@ -348,13 +356,13 @@ async def test_a_replica_starting_behind_the_shared_writer_waits_for_it(
 
 
 async def test_stateless_replicas_share_both_indexes_and_write_nothing_locally(
-    cluster: Cluster, shared_qdrant: QdrantServer
+    shared_qdrant: QdrantServer, cluster: Cluster
 ) -> None:
     cluster.server, cluster.stateless = shared_qdrant, True
     a, b = cluster.replica("a"), cluster.replica("b")
     status = a.status()
     assert (status.lexical_backend, status.vector_backend) == ("qdrant", "qdrant")
-    assert advisory_locks(cluster) == 2  # one writer per shared collection
+    assert advisory_locks(cluster, 2) == 2  # one writer per shared collection
     words = ["apricot", "blueberry", "cranberry", "damson"]
     turns = [turn(f"a note about {w}", seed=70 + i, session=w) for i, w in enumerate(words)]
     await b.write("t1", turns[:2], wait_searchable=True, timeout=5.0)
@@ -386,7 +394,7 @@ async def test_stateless_replicas_share_both_indexes_and_write_nothing_locally(
     late = turn("a note about elderberry", seed=80)
     assert (await b.write("t1", [late], wait_searchable=True, timeout=8.0)).searchable
     assert await lexical(b, "elderberry") == [late.memory_id]
-    assert advisory_locks(cluster) == 2
+    assert advisory_locks(cluster, 2) == 2
     again = cluster.replica("a")
     assert again.status().lexical_seq == again.status().last_seq
     assert await lexical(again, "elderberry") == [late.memory_id]
