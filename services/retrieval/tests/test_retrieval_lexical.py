@@ -1,7 +1,9 @@
 """The LexicalIndex contract, for both adapters: TantivyIndex (a real on-disk Tantivy
 index) and the BM25 index on Qdrant sparse vectors, in the in-process engine
 (EdgeLexicalIndex) and through qdrant-client (QdrantLexicalIndex over its local mode,
-which speaks a server's API), all in tmp_path.
+which speaks a server's API), and the BM25 side of the collection that holds both vectors
+(hybrid_collection.OneCollection, driven as the projector drives it: the lexical side's
+apply, then the vector side's), all in tmp_path.
 
 Covers: exact identifiers found (and ranked first) by their exact form, stemming, hostile
 query text searched as plain words and never leaving the scope, tenancy under duplicated
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from hippo_retrieval.adapters.edge_vectors import ShardLockedError
+from hippo_retrieval.adapters.hybrid_collection import OneCollection, QdrantHybridIndex
 from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
 from hippo_retrieval.adapters.tantivy_index import IndexLockedError, TantivyIndex
 from hippo_retrieval.domain.models import (
@@ -71,8 +74,34 @@ def ids(hits: Sequence[Candidate]) -> list[str]:
     return [h.memory_id for h in hits]
 
 
-Lexical = TantivyIndex | EdgeLexicalIndex | QdrantLexicalIndex
-KINDS = ["tantivy", "qdrant-edge", "qdrant-local"]
+class BothSides:
+    """The lexical port of a OneCollection, each apply handed to both of its sides in the
+    projector's order (the lexical side holds the documents, the vector side writes)."""
+
+    def __init__(self, path: Path, *, typos: bool = False) -> None:
+        index = QdrantHybridIndex(QdrantClient(path=str(path)), "fused", 8, typos=typos)
+        self._pair = OneCollection(index, index)
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        self._pair.lexical.apply(changes)
+        self._pair.vectors.apply(changes)
+
+    def commit(self) -> None:
+        self._pair.lexical.commit()
+
+    def applied_seq(self) -> int:
+        return self._pair.lexical.applied_seq()
+
+    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        return self._pair.lexical.search(scope, query, limit)
+
+    def close(self) -> None:
+        self._pair.lexical.close()
+        self._pair.vectors.close()
+
+
+Lexical = TantivyIndex | EdgeLexicalIndex | QdrantLexicalIndex | BothSides
+KINDS = ["tantivy", "qdrant-edge", "qdrant-local", "qdrant-fused"]
 
 
 def open_lexical(kind: str, path: Path, *, typos: bool = False) -> Lexical:
@@ -80,6 +109,8 @@ def open_lexical(kind: str, path: Path, *, typos: bool = False) -> Lexical:
         return TantivyIndex(path, typos=typos)
     if kind == "qdrant-edge":
         return EdgeLexicalIndex(path, typos=typos)
+    if kind == "qdrant-fused":
+        return BothSides(path, typos=typos)
     return QdrantLexicalIndex(QdrantClient(path=str(path)), "lexical", typos=typos)
 
 

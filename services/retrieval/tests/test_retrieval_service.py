@@ -43,10 +43,34 @@ def turn(text: str, *, user: str = "u1", session: str = "s1", seed: int = 0) -> 
     )
 
 
-def make(root: Path, interval: float = 0.5, lexical: str = "tantivy") -> RetrievalService:
+class Shared(QdrantClient):
+    """Local mode locks its folder per client (a server has no such lock): every
+    generation shares this one, closed by the test that made it."""
+
+    def close(self, grpc_grace: float | None = None, **kwargs: object) -> None:
+        pass
+
+
+def local_server(path: Path) -> tuple[QdrantServer, Shared]:
+    """A Qdrant "server" over qdrant-client's local mode (the same client API)."""
+    shared = Shared(path=str(path))
+    return QdrantServer("http://unused", None, "turns", 5.0, connect=lambda: shared), shared
+
+
+def make(
+    root: Path,
+    interval: float = 0.5,
+    lexical: str = "tantivy",
+    server: QdrantServer | None = None,
+) -> RetrievalService:
+    """lexical "fused": BM25 and vectors in one collection of `server`, fused there."""
+    fused = lexical == "fused"
+    indexes = LocalIndexSet(
+        root, server=server, lexical="qdrant" if fused else lexical, fused=fused
+    )
     return RetrievalService(
         SqliteTurnStore(root / "turns.sqlite3"),
-        LocalIndexSet(root, lexical=lexical),
+        indexes,
         fusion=FusionConfig(),
         projection=ProjectionConfig(commit_interval_s=interval, commit_every=1000),
         limits=Limits(max_turns=64, dimension=DIM),
@@ -54,14 +78,17 @@ def make(root: Path, interval: float = 0.5, lexical: str = "tantivy") -> Retriev
     )
 
 
-@pytest.fixture(params=["tantivy", "qdrant"])
+@pytest.fixture(params=["tantivy", "qdrant", "fused"])
 async def service(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[RetrievalService]:
-    svc = make(tmp_path, lexical=request.param)
+    server, shared = local_server(tmp_path / "qdrant") if request.param == "fused" else (None, None)
+    svc = make(tmp_path, lexical=request.param, server=server)
     svc.open()
     yield svc
     svc.close()
+    if shared is not None:
+        QdrantClient.close(shared)
 
 
 async def test_a_write_waited_for_is_searchable_in_both_indexes(service: RetrievalService) -> None:
@@ -76,7 +103,12 @@ async def test_a_write_waited_for_is_searchable_in_both_indexes(service: Retriev
     assert [h.turn.memory_id for h in semantic.hits] == [t.memory_id]
     status = service.status()
     assert status.lexical_seq == status.vector_seq == status.last_seq == 1
-    assert status.turns == 1 and status.vector_backend == "edge"
+    assert status.turns == 1
+    assert (status.lexical_backend, status.vector_backend) in {
+        ("tantivy", "edge"),
+        ("qdrant", "edge"),
+        ("qdrant", "qdrant"),  # one server collection holds both ("fused")
+    }
 
 
 async def test_without_waiting_a_write_is_searchable_within_the_commit_interval(
@@ -257,50 +289,42 @@ async def test_open_catches_up_what_the_indexes_missed(tmp_path: Path) -> None:
         again.close()
 
 
-@pytest.mark.parametrize("lexical", ["tantivy", "qdrant"])
+@pytest.mark.parametrize("lexical", ["tantivy", "qdrant", "fused"])
 async def test_the_service_over_a_qdrant_server_backend(tmp_path: Path, lexical: str) -> None:
     """The server path of the index generations (collections `<prefix>_g<n>`, and
-    `<prefix>_lexical_g<n>` with BM25 on the server too), run over qdrant-client's local
-    mode, which speaks the same client API as a server."""
-
-    class Shared(QdrantClient):
-        """Local mode locks its folder per client (a server has no such lock): every
-        generation shares this one, closed at the end of the test."""
-
-        def close(self, grpc_grace: float | None = None, **kwargs: object) -> None:
-            pass
-
-    shared = Shared(path=str(tmp_path / "qdrant"))
-    server = QdrantServer("http://unused", None, "turns", 5.0, connect=lambda: shared)
-    service = RetrievalService(
-        SqliteTurnStore(tmp_path / "turns.sqlite3"),
-        LocalIndexSet(tmp_path, server=server, lexical=lexical),
-        fusion=FusionConfig(),
-        projection=ProjectionConfig(),
-        limits=Limits(max_turns=64, dimension=DIM),
-        threads=2,
-    )
+    `<prefix>_lexical_g<n>` with BM25 on the server too, or one `<prefix>_fused_g<n>`
+    holding both, fused by the server), run over qdrant-client's local mode, which
+    speaks the same client API as a server."""
+    server, shared = local_server(tmp_path / "qdrant")
+    service = make(tmp_path, lexical=lexical, server=server)
     service.open()
     try:
         assert service.status().vector_backend == "qdrant"
-        assert service.status().lexical_backend == lexical
+        assert service.status().lexical_backend == ("qdrant" if lexical == "fused" else lexical)
         t = turn("kept on the server", seed=4)
         await service.write("t1", [t], wait_searchable=True, timeout=5.0)
-        hits = (await service.search(Scope("t1", "u1"), "server", unit(4), Mode.HYBRID, 5)).hits
-        assert [h.turn.memory_id for h in hits] == [t.memory_id]
-        assert set(hits[0].fused.ranks) == {"lexical", "semantic"}
+        result = await service.search(Scope("t1", "u1"), "server", unit(4), Mode.HYBRID, 5)
+        assert [h.turn.memory_id for h in result.hits] == [t.memory_id]
+        # The server's fusion does not say what each retriever ranked.
+        fused = lexical == "fused"
+        assert result.engine_fused == fused
+        assert set(result.hits[0].fused.ranks) == (set() if fused else {"lexical", "semantic"})
         [p async for p in service.reindex()]
         assert service.status().generation == 2
+        again = await service.search(Scope("t1", "u1"), "server", unit(4), Mode.HYBRID, 5)
+        assert [h.turn.memory_id for h in again.hits] == [t.memory_id]
     finally:
         service.close()
     try:
         names = {c.name for c in shared.get_collections().collections}
     finally:
         QdrantClient.close(shared)
-    expected = {"turns_g2", "turns_g2_meta"}  # generation 1 was dropped
-    if lexical == "qdrant":
-        expected |= {"turns_lexical_g2", "turns_lexical_g2_meta"}
-    assert names == expected
+    expected = {
+        "tantivy": {"turns_g2", "turns_g2_meta"},  # generation 1 was dropped
+        "qdrant": {"turns_g2", "turns_g2_meta", "turns_lexical_g2", "turns_lexical_g2_meta"},
+        "fused": {"turns_fused_g2", "turns_fused_g2_meta"},
+    }
+    assert names == expected[lexical]
 
 
 async def test_indexes_ahead_of_a_restored_store_are_rebuilt(tmp_path: Path) -> None:

@@ -94,7 +94,11 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
         )
         if server is not None:
             vector_lease = database.lease(f"vector-projector:{server.shared_name}")
-            if settings.lexical_index == QDRANT:
+            if settings.lexical_index == QDRANT and settings.fusion == "server":
+                # Stateless, one collection holding both, fused by the server.
+                lease = database.lease(f"projector:{server.shared_fused_name}")
+                indexes = SharedIndexSet(server, lease, None, typos=settings.typo_repair)
+            elif settings.lexical_index == QDRANT:
                 # Stateless: nothing under data_dir, both indexes shared on the server.
                 lexical_lease = database.lease(f"lexical-projector:{server.shared_lexical_name}")
                 indexes = SharedIndexSet(
@@ -106,7 +110,11 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
                 )
     if indexes is None:
         indexes = LocalIndexSet(
-            root, server=server, typos=settings.typo_repair, lexical=settings.lexical_index
+            root,
+            server=server,
+            typos=settings.typo_repair,
+            lexical=settings.lexical_index,
+            fused=settings.fusion == "server",
         )
     embedder: GrpcEmbedder | None = None
     if settings.embedding_addr:

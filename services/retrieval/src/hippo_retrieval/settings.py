@@ -100,6 +100,14 @@ class RetrievalSettings(ServiceSettings):
         "with qdrant_url, retrieval is stateless: both indexes are collections every "
         "replica shares and nothing is written under data_dir (docs/recall.md).",
     )
+    fusion: Literal["client", "server"] = Field(
+        "client",
+        description="Where hybrid search fuses BM25 and vectors. client: here, by RRF "
+        "(the default; every hit reports its BM25 and vector ranks). server: with "
+        "lexical_index=qdrant and qdrant_url, both vectors of a turn live in one "
+        "collection and the Qdrant server fuses them by weighted RRF in one query; hits "
+        "then report no per-retriever ranks (docs/recall.md).",
+    )
     qdrant_shard_number: int = Field(
         1,
         ge=1,
@@ -210,6 +218,15 @@ class RetrievalSettings(ServiceSettings):
             raise ValueError(
                 "replica_expiry_seconds must be at least twice replica_heartbeat_seconds: "
                 "one late heartbeat must not drop a live replica"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _server_fusion_needs_one_collection(self) -> RetrievalSettings:
+        if self.fusion == "server" and (self.lexical_index != "qdrant" or not self.qdrant_url):
+            raise ValueError(
+                "fusion=server needs lexical_index=qdrant and qdrant_url: the server fuses "
+                "only what one of its collections holds"
             )
         return self
 

@@ -27,6 +27,10 @@ Stateless mode (`SharedIndexSet`: cluster mode, a Qdrant server, lexical_index=q
 both indexes are shared collections, `<collection>_shared` and
 `<collection>_lexical_shared`, each written by the holder of its own lease, and the
 replica keeps nothing on its disk: no generations, no records.
+
+Server-side fusion (`fusion="server"`, lexical_index=qdrant on a server): one collection
+holds both vectors of each turn (hybrid_collection.py), `<collection>_fused_g<n>` per
+generation, or `<collection>_fused_shared` in stateless mode, written under one lease.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from qdrant_client import QdrantClient
 from hippo_core.files import write_atomic
 from hippo_retrieval import metrics
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex
+from hippo_retrieval.adapters.hybrid_collection import OneCollection, QdrantHybridIndex
 from hippo_retrieval.adapters.qdrant_vectors import Layout, QdrantVectorIndex
 from hippo_retrieval.adapters.shared_indexes import LeasedIndex, WriterLease
 from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexicalIndex
@@ -112,6 +117,31 @@ class QdrantServer:
         """The one BM25 collection of stateless mode, shared by every replica."""
         return f"{self.collection}_lexical_shared"
 
+    def fused_name(self, generation: int) -> str:
+        return f"{self.collection}_fused_g{generation}"
+
+    @property
+    def shared_fused_name(self) -> str:
+        """The one collection of stateless mode with server-side fusion."""
+        return f"{self.collection}_fused_shared"
+
+    def hybrid_collection(
+        self, name: str, dimension: int, *, typos: bool = False
+    ) -> QdrantHybridIndex:
+        client = self.client()
+        try:
+            return QdrantHybridIndex(
+                client,
+                name,
+                dimension,
+                concurrent_searches=self.concurrent_searches,
+                layout=self.layout,
+                typos=typos,
+            )
+        except BaseException:
+            client.close()
+            raise
+
     def vector_collection(self, name: str, dimension: int) -> QdrantVectorIndex:
         client = self.client()
         try:
@@ -165,7 +195,13 @@ class LocalIndexSet:
         lease: WriterLease | None = None,
         typos: bool = False,
         lexical: str = TANTIVY,
+        fused: bool = False,
     ) -> None:
+        if fused and (server is None or lexical != QDRANT or lease is not None):
+            raise ValueError(
+                "server-side fusion needs BM25 and vectors in one collection of a Qdrant "
+                "server (lexical_index=qdrant, qdrant_url); in cluster mode, SharedIndexSet"
+            )
         if lease is not None and server is None:
             raise ValueError("a shared vector index needs a Qdrant server")
         if lexical not in (TANTIVY, QDRANT):
@@ -179,6 +215,7 @@ class LocalIndexSet:
         self._shared: LeasedIndex | None = None
         self._typos = typos  # the lexical index repairs query typos
         self._lexical = lexical
+        self._fused = fused
 
     @property
     def vector_backend(self) -> str:
@@ -237,6 +274,12 @@ class LocalIndexSet:
 
     def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
         folder = self._dir(generation)
+        if self._fused:
+            assert self._server is not None
+            name = self._server.fused_name(generation)
+            index = self._server.hybrid_collection(name, dimension, typos=self._typos)
+            pair = OneCollection(index, index)
+            return pair.lexical, pair.vectors
         lexical: LexicalIndex
         if self._lexical == TANTIVY:
             lexical = TantivyIndex(folder / "lexical", typos=self._typos)
@@ -271,7 +314,11 @@ class LocalIndexSet:
         if folder.exists():
             shutil.rmtree(folder)
         if self._server is not None and self._lease is None:
-            self._server.drop(self._server.name(generation), self._server.lexical_name(generation))
+            self._server.drop(
+                self._server.name(generation),
+                self._server.lexical_name(generation),
+                self._server.fused_name(generation),
+            )
 
     def close(self) -> None:
         """Hand the shared collection's writer lease back and close it (cluster mode)."""
@@ -286,13 +333,16 @@ class SharedIndexSet:
     nothing is kept on this replica's disk. There is one generation, forever: a replica
     cannot rebuild what the others are searching (docs/recall.md says how to rebuild
     the collections), and erased points leave the server's segments by its optimizer,
-    with no rebuild of this replica's."""
+    with no rebuild of this replica's.
+
+    `lexical_lease` None: server-side fusion, one collection holding both vectors
+    (`shared_fused_name`), written by the holder of `vector_lease`."""
 
     def __init__(
         self,
         server: QdrantServer,
         vector_lease: WriterLease,
-        lexical_lease: WriterLease,
+        lexical_lease: WriterLease | None,
         *,
         typos: bool = False,
     ) -> None:
@@ -302,6 +352,7 @@ class SharedIndexSet:
         self._lexical_lease = lexical_lease
         self._vectors: LeasedIndex | None = None
         self._lexical: LeasedIndex | None = None
+        self._pair: OneCollection | None = None
 
     @property
     def vector_backend(self) -> str:
@@ -338,7 +389,18 @@ class SharedIndexSet:
     def set_purge_pending(self, pending: bool) -> None:
         """Nothing to record: no file of this replica's holds erased documents."""
 
+    @property
+    def fused(self) -> bool:
+        return self._lexical_lease is None
+
     def open(self, generation: int, dimension: int) -> tuple[LexicalIndex, VectorIndex]:
+        if self._lexical_lease is None:
+            if self._pair is None:
+                name = self._server.shared_fused_name
+                index = self._server.hybrid_collection(name, dimension, typos=self._typos)
+                self._vectors = LeasedIndex(index, self._vector_lease)
+                self._pair = OneCollection(index, self._vectors, owned=False)
+            return self._pair.lexical, self._pair.vectors
         if self._lexical is None:
             self._lexical = LeasedIndex(
                 self._server.lexical_collection(
@@ -363,3 +425,4 @@ class SharedIndexSet:
             if index is not None:
                 index.shutdown()
         self._lexical = self._vectors = None
+        self._pair = None

@@ -277,6 +277,7 @@ class QdrantIndex:
         query_filter: models.Filter,
         limit: int,
         fields: list[str],
+        prefetch: list[models.Prefetch] | None = None,
     ) -> list[models.ScoredPoint]:
         def run() -> list[models.ScoredPoint]:
             self._require_open()
@@ -284,6 +285,7 @@ class QdrantIndex:
                 self._collection,
                 query=query,
                 using=using,
+                prefetch=prefetch,
                 query_filter=query_filter,
                 limit=limit,
                 with_payload=fields,

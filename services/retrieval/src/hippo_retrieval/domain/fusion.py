@@ -107,6 +107,42 @@ def fuse(
             fused[m] = fused.get(m, 0.0) + weight / (k + position)
             if position < best.get(m, position + 1):
                 best[m] = position
+    return _steps(fused, best, firsts, limit, places, neighbour_weight, query, speaker_weight)
+
+
+def refine(
+    fused: Sequence[Candidate],
+    *,
+    limit: int,
+    places: Callable[[list[str]], Mapping[str, Place]] | None = None,
+    neighbour_weight: float = 0.0,
+    query: str = "",
+    speaker_weight: float = 0.0,
+) -> list[FusedHit]:
+    """`fuse`'s neighbour and speaker steps over candidates fused elsewhere (by the
+    engine, their scores its fused scores, best first): ties break by the engine's
+    order. Each retriever's ranks are unknown, so the hits carry none."""
+    scores: dict[str, float] = {}
+    best: dict[str, int] = {}
+    for position, candidate in enumerate(fused, start=1):
+        if candidate.memory_id not in scores:
+            scores[candidate.memory_id] = candidate.score
+            best[candidate.memory_id] = position
+    return _steps(scores, best, {}, limit, places, neighbour_weight, query, speaker_weight)
+
+
+def _steps(
+    fused: dict[str, float],
+    best: dict[str, int],
+    firsts: dict[str, dict[str, tuple[int, float]]],
+    limit: int,
+    places: Callable[[list[str]], Mapping[str, Place]] | None,
+    neighbour_weight: float,
+    query: str,
+    speaker_weight: float,
+) -> list[FusedHit]:
+    """The neighbour and speaker steps on fused scores, then the best `limit`, ties by
+    the best single rank (`best`), then id; `firsts`: each list's (rank, score) per id."""
     final = fused
     neighbours, speakers = neighbour_weight > 0, speaker_weight > 0 and bool(query)
     # One store read serves both steps; none when neither runs.

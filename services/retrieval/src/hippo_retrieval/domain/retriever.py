@@ -6,14 +6,19 @@ fusion (HYBRID only), a candidate next to a strong one in its session gets part 
 neighbour's score (fusion.neighbour_boost), and when the query names one of the
 candidates' speakers, that speaker's turns gain (fusion.named_speaker). The turn store
 then supplies the winners' rows; an id deleted between search and fetch is simply absent.
+
+Where the vector index also holds the BM25 vectors and fuses in the engine
+(`EngineFusion`, Qdrant's weighted RRF over one collection: adapters/hybrid_collection.py),
+a hybrid search is one call to it, and the same two steps follow on the fused scores.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from hippo_core.errors import InvalidArgument
-from hippo_retrieval.domain.fusion import fuse
+from hippo_retrieval.domain.fusion import fuse, refine
 from hippo_retrieval.domain.models import Candidate, FusedHit, Mode, Scope, StoredTurn, Vector
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
@@ -37,6 +42,24 @@ class FusionConfig:
     speaker_weight: float = 0.3
 
 
+@runtime_checkable
+class EngineFusion(Protocol):
+    """A vector index that holds the BM25 vectors too and fuses both lists itself."""
+
+    def hybrid(
+        self,
+        scope: Scope,
+        query: str,
+        vector: Vector,
+        candidates: int,
+        k: float,
+        weights: tuple[float, float],
+    ) -> list[Candidate]:
+        """`candidates` from each retriever, fused by weighted RRF (BM25, vector), best
+        first, with their fused scores."""
+        ...
+
+
 @dataclass(frozen=True)
 class Hit:
     turn: StoredTurn
@@ -49,6 +72,8 @@ class SearchResult:
     lexical_candidates: int
     semantic_candidates: int
     embedding_model: str = ""  # the searched index's model (set by the service)
+    # Fused in the engine: each retriever's candidates and ranks are unknown (0).
+    engine_fused: bool = False
 
 
 class Retriever:
@@ -59,12 +84,15 @@ class Retriever:
         self._lexical = lexical
         self._vectors = vectors
         self._config = config
+        self._engine = vectors if isinstance(vectors, EngineFusion) else None
 
     def search(
         self, scope: Scope, query: str, vector: Vector | None, mode: Mode, top_k: int
     ) -> SearchResult:
         if not 1 <= top_k <= self._config.max_top_k:
             raise InvalidArgument("top_k", f"must be 1..{self._config.max_top_k}, got {top_k}")
+        if mode == Mode.HYBRID and self._engine is not None:
+            return self._engine_search(scope, query, vector, top_k)
         lists: dict[str, list[Candidate]] = {}
         if mode in (Mode.HYBRID, Mode.LEXICAL):
             lists[LEXICAL] = self._lexical.search(scope, query, self._config.candidates)
@@ -87,9 +115,41 @@ class Retriever:
             query=query,
             speaker_weight=self._config.speaker_weight,
         )
+        hits = self._hits(scope, fused)
+        return SearchResult(hits, len(lists.get(LEXICAL, [])), len(lists.get(SEMANTIC, [])))
+
+    def _engine_search(
+        self, scope: Scope, query: str, vector: Vector | None, top_k: int
+    ) -> SearchResult:
+        assert self._engine is not None
+        if vector is None:
+            raise InvalidArgument("query", "a semantic search needs the query's vector")
+        weights = self._config.weights
+        fused = self._engine.hybrid(
+            scope,
+            query,
+            vector,
+            self._config.candidates,
+            self._config.k,
+            (weights.get(LEXICAL, 1.0), weights.get(SEMANTIC, 1.0)),
+        )
+        steps = self._config.neighbour_weight > 0 or self._config.speaker_weight > 0
+        refined = refine(
+            fused,
+            limit=top_k,
+            places=(lambda ids: self._store.locate(scope.tenant, scope.user, ids))
+            if steps
+            else None,
+            neighbour_weight=self._config.neighbour_weight,
+            query=query,
+            speaker_weight=self._config.speaker_weight,
+        )
+        return SearchResult(self._hits(scope, refined), 0, 0, engine_fused=True)
+
+    def _hits(self, scope: Scope, fused: list[FusedHit]) -> list[Hit]:
+        """The fused hits' turns (an id erased since the search is left out)."""
         turns = {
             t.memory_id: t
             for t in self._store.get(scope.tenant, scope.user, [h.memory_id for h in fused])
         }
-        hits = [Hit(turns[h.memory_id], h) for h in fused if h.memory_id in turns]
-        return SearchResult(hits, len(lists.get(LEXICAL, [])), len(lists.get(SEMANTIC, [])))
+        return [Hit(turns[h.memory_id], h) for h in fused if h.memory_id in turns]

@@ -336,8 +336,9 @@ class RetrievalService:
             if vector is not None:
                 check_vector("vector", vector, live.model.dimension)
             result = await self._run(live.retriever.search, scope, query, vector, mode, top_k)
-        metrics.CANDIDATES.labels("lexical").observe(result.lexical_candidates)
-        metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)
+        if not result.engine_fused:  # the engine's fusion does not say
+            metrics.CANDIDATES.labels("lexical").observe(result.lexical_candidates)
+            metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)
         return replace(result, embedding_model=live.model.name)
 
     async def get(self, tenant: str, user: str, memory_ids: Sequence[str]) -> list[StoredTurn]:
