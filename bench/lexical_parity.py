@@ -23,10 +23,12 @@ HIPPO_RETRIEVAL_LEXICAL_INDEX=tantivy,qdrant`.
 SQLite store, in-process, typo repair on, the service's default fusion), once per arm:
 `tantivy` (Tantivy + vectors in the Qdrant engine, the default), `qdrant-edge` (both
 indexes in the Qdrant engine), `qdrant-local` (both as collections through qdrant-client's
-local mode: a server's path). Turns and questions are embedded once, with the built-in
-model, as the gateway embeds them.
+local mode: a server's path), `qdrant-fused` (both in one collection through local mode,
+fused by the engine's weighted RRF: `fusion=server`). Turns and questions are embedded
+once, with the built-in model, as the gateway embeds them.
 
     .venv/bin/python bench/lexical_parity.py [--data FILE] [--informal SEED] [--hybrid]
+        [--arms tantivy,qdrant-local,qdrant-fused]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 KS = (5, 10, 25)
 TENANT = "bench"
+HYBRID_ARMS = ("tantivy", "qdrant-edge", "qdrant-local", "qdrant-fused")
 NAMESPACE = uuid.UUID("9a4c1a52-2f0e-4a57-9d8e-0f5d6b3c2a11")
 
 
@@ -138,17 +141,19 @@ async def hybrid(conversations: list[locomo.Conversation], args: argparse.Namesp
     dia = {t.memory_id: t.client_id for t in turns}
     table: dict[str, dict[str, list[float]]] = {}
     latency: dict[str, list[float]] = {}
-    for arm in ("tantivy", "qdrant-edge", "qdrant-local"):
+    for arm in args.arms.split(","):
         with tempfile.TemporaryDirectory(prefix="hippo-hybrid-") as tmp:
             root = Path(tmp)
-            shared = Shared(path=str(root / "qdrant")) if arm == "qdrant-local" else None
+            local = arm in ("qdrant-local", "qdrant-fused")
+            shared = Shared(path=str(root / "qdrant")) if local else None
             server = None
             if shared is not None:
                 server = QdrantServer("local", None, "bench", 30.0, connect=always(shared))
             lexical = "tantivy" if arm == "tantivy" else "qdrant"
+            fused = arm == "qdrant-fused"
             service = RetrievalService(
                 SqliteTurnStore(root / "turns.sqlite3"),
-                LocalIndexSet(root, server=server, typos=True, lexical=lexical),
+                LocalIndexSet(root, server=server, typos=True, lexical=lexical, fused=fused),
                 fusion=FusionConfig(),
                 projection=ProjectionConfig(purge_delay_s=None, filter_keys=frozenset()),
                 limits=Limits(max_turns=1024, dimension=len(turn_vectors[0])),
@@ -197,7 +202,14 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--informal", type=int, metavar="SEED", help="ask typo-laden rewrites")
     parser.add_argument("--hybrid", action="store_true", help="HYBRID through the service")
+    parser.add_argument(
+        "--arms",
+        default=",".join(HYBRID_ARMS),
+        help="with --hybrid: which arms, comma-separated (default all)",
+    )
     args = parser.parse_args()
+    if set(args.arms.split(",")) - set(HYBRID_ARMS):
+        parser.error(f"--arms: each of {', '.join(HYBRID_ARMS)}")
     conversations = locomo.load(args.data)
     if args.hybrid:
         return asyncio.run(hybrid(conversations, args))

@@ -153,6 +153,7 @@ def test_qdrant_dependency_is_conditional() -> None:
         ({"summariser": {"llmUrl": "tgi:80"}}, "/summariser/llmUrl"),
         ({"injection": {"env": {"bad-name": "x"}}}, "bad-name"),
         ({"retrieval": {"lexicalIndex": "lucene"}}, "/retrieval/lexicalIndex"),
+        ({"retrieval": {"fusion": "both"}}, "/retrieval/fusion"),
         ({"retrieval": {"qdrantCollections": {"shardNumber": 0}}}, "shardNumber"),
     ],
 )
@@ -168,6 +169,7 @@ def test_values_schema_refuses(values: dict[str, Any], message: str) -> None:
         ("summariser", "drain_seconds"),
         ("gateway", "API_KEYS"),
         ("retrieval", "LEXICAL_INDEX"),
+        ("retrieval", "FUSION"),
     ],
 )
 def test_env_cannot_override_what_the_manifests_are_built_from(service: str, key: str) -> None:
@@ -266,6 +268,21 @@ def test_large_profile_runs_retrieval_stateless_on_a_distributed_qdrant() -> Non
     embedded = render(merged("default", {"retrieval": {"lexicalIndex": "qdrant"}}))
     assert workload(embedded, "retrieval")["kind"] == "StatefulSet"
     assert config(embedded, "retrieval")["HIPPO_RETRIEVAL_LEXICAL_INDEX"] == "qdrant"
+
+
+def test_server_side_fusion_only_where_one_qdrant_collection_can_hold_both() -> None:
+    """fusion server reaches retrieval where BM25 and vectors are on a Qdrant server;
+    elsewhere the chart refuses to render rather than ship a retrieval that will not
+    start."""
+    fused = render(merged("cluster-large", {"retrieval": {"fusion": "server"}}))
+    assert config(fused, "retrieval")["HIPPO_RETRIEVAL_FUSION"] == "server"
+    assert config(rendered("cluster-large"), "retrieval")["HIPPO_RETRIEVAL_FUSION"] == "client"
+    for values in (
+        merged("default", {"retrieval": {"fusion": "server"}}),  # no Qdrant server
+        merged("cluster-large", {"retrieval": {"fusion": "server", "lexicalIndex": "tantivy"}}),
+    ):
+        with pytest.raises(helm.HelmError, match="retrieval.fusion server needs"):
+            render(values)
 
 
 def test_cluster_mode_database_url_comes_from_a_secret() -> None:

@@ -30,6 +30,10 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- else if eq $name "retrieval" }}
 {{- $_ := set $env "QDRANT_URL" (include "hippo.qdrantUrl" $root) }}
 {{- $_ := set $env "LEXICAL_INDEX" $svc.lexicalIndex }}
+{{- if and (eq $svc.fusion "server") (or (ne $svc.lexicalIndex "qdrant") (not (include "hippo.qdrantUrl" $root))) }}
+{{- fail "retrieval.fusion server needs retrieval.lexicalIndex qdrant and a Qdrant server (qdrant.enabled or qdrant.url): the server fuses what one of its collections holds" }}
+{{- end }}
+{{- $_ := set $env "FUSION" $svc.fusion }}
 {{- $_ := set $env "QDRANT_SHARD_NUMBER" (toString $svc.qdrantCollections.shardNumber) }}
 {{- $_ := set $env "QDRANT_REPLICATION_FACTOR" (toString $svc.qdrantCollections.replicationFactor) }}
 {{- /* Asked for vectors of the index's model where a turn or query came with another's
@@ -73,7 +77,7 @@ or the OTLP endpoint (not what the manifests themselves are built from: see $own
 {{- end }}
 {{- /* Values the probes, Services, volumes and grace periods are rendered from: set
        through the block's own keys, or the pod and its manifests would disagree. */}}
-{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" "LLM_API_KEY" "DATABASE__URL" "DATABASE__POOL_MAX_SIZE" "LEXICAL_INDEX" "QDRANT_SHARD_NUMBER" "QDRANT_REPLICATION_FACTOR" "TLS__CA_FILE" "TLS__CERT_FILE" "TLS__KEY_FILE" }}
+{{- $owned := list "HOST" "PORT" "METRICS_PORT" "HTTP_PORT" "GRACE_SECONDS" "DRAIN_SECONDS" "DATA_DIR" "MODEL_DIR" "API_KEYS" "AUDIT_FINGERPRINT_KEY" "SIGNING_KEY" "QDRANT_API_KEY" "LLM_API_KEY" "DATABASE__URL" "DATABASE__POOL_MAX_SIZE" "LEXICAL_INDEX" "FUSION" "QDRANT_SHARD_NUMBER" "QDRANT_REPLICATION_FACTOR" "TLS__CA_FILE" "TLS__CERT_FILE" "TLS__KEY_FILE" }}
 {{- range $k, $v := $svc.env }}
 {{- if has (upper $k) $owned }}
 {{- fail (printf "%s.env.%s: the chart sets HIPPO_%s_%s from the %s block's own values (ports, graceSeconds, secrets); set it there" $name $k (upper $name) (upper $k) $name) }}

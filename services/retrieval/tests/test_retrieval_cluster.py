@@ -91,6 +91,7 @@ class Cluster:
     root: Path
     server: QdrantServer | None = None
     stateless: bool = False  # both indexes shared on `server` (SharedIndexSet)
+    fused: bool = False  # stateless, in one collection fused by the server
     closing: list[Callable[[], None]] = field(default_factory=list)
 
     def replica(
@@ -110,7 +111,11 @@ class Cluster:
         if self.server is not None:
             lease = database.lease(f"vector-projector:{self.server.shared_name}")
         indexes: LocalIndexSet | SharedIndexSet
-        if self.stateless:
+        if self.fused:
+            assert self.server is not None
+            one = database.lease(f"projector:{self.server.shared_fused_name}")
+            indexes = SharedIndexSet(self.server, one, None)
+        elif self.stateless:
             assert self.server is not None and lease is not None
             lexical_lease = database.lease(f"lexical-projector:{self.server.shared_lexical_name}")
             indexes = SharedIndexSet(self.server, lease, lexical_lease)
@@ -402,6 +407,42 @@ async def test_stateless_replicas_share_both_indexes_and_write_nothing_locally(
     assert {p.relative_to(cluster.root).parts[0] for p in cluster.root.rglob("*")} == {"qdrant"}
 
 
+async def test_stateless_with_server_side_fusion_one_collection_one_writer(
+    shared_qdrant: QdrantServer, cluster: Cluster
+) -> None:
+    """fusion=server: both vectors of a turn in one shared collection, written by the one
+    lease holder; every replica's hybrid search is fused by the server and finds what
+    either replica wrote; an erasure leaves it; the lease moves when the writer goes."""
+    cluster.server, cluster.fused = shared_qdrant, True
+    a, b = cluster.replica("a"), cluster.replica("b")
+    assert advisory_locks(cluster, 1) == 1  # one writer for the one collection
+    words = ["apricot", "blueberry", "cranberry"]
+    turns = [turn(f"a note about {w}", seed=90 + i, session=w) for i, w in enumerate(words)]
+    await a.write("t1", turns[:2], wait_searchable=True, timeout=5.0)
+    await b.write("t1", turns[2:], wait_searchable=True, timeout=5.0)
+    for replica in (a, b):
+        for i, (w, t) in enumerate(zip(words, turns, strict=True)):
+            result = await replica.search(SCOPE, w, unit(90 + i), Mode.HYBRID, 3)
+            assert result.engine_fused and result.hits[0].turn.memory_id == t.memory_id
+    client = shared_qdrant.client()
+    names = {c.name for c in client.get_collections().collections}
+    assert names == {"turns_fused_shared", "turns_fused_shared_meta"}
+    assert await b.delete("t1", "u1", None, [turns[0].memory_id], timeout=5.0)
+    assert client.count("turns_fused_shared", exact=True).count == 2
+    assert await lexical(a, "apricot") == []
+    with pytest.raises(FailedPrecondition, match="stateless"):
+        [p async for p in a.reindex()]
+    writer = a if a._live and a._live.vectors.writable() else b  # type: ignore[union-attr]
+    other = b if writer is a else a
+    writer.stop()  # type: ignore[attr-defined]
+    late = turn("a note about damson", seed=99)
+    assert (await other.write("t1", [late], wait_searchable=True, timeout=8.0)).searchable
+    found = await other.search(SCOPE, "damson", unit(99), Mode.HYBRID, 1)
+    assert [h.turn.memory_id for h in found.hits] == [late.memory_id]
+    assert advisory_locks(cluster, 1) == 1
+    assert {p.relative_to(cluster.root).parts[0] for p in cluster.root.rglob("*")} == {"qdrant"}
+
+
 def test_the_service_wiring_picks_stateless_mode_and_makes_no_data_dir(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -420,6 +461,13 @@ def test_the_service_wiring_picks_stateless_mode_and_makes_no_data_dir(
     try:
         assert isinstance(service._indexes, SharedIndexSet)  # type: ignore[attr-defined]
         assert service._indexes.local_files is False  # type: ignore[attr-defined]
+        assert not service._indexes.fused  # type: ignore[attr-defined]
+    finally:
+        release()
+    # fusion=server: one collection for both, fused by the server.
+    service, release = domain(settings.model_copy(update={"fusion": "server"}))
+    try:
+        assert service._indexes.fused  # type: ignore[attr-defined]
     finally:
         release()
     assert not data_dir.exists()
@@ -441,3 +489,11 @@ def test_replica_names_are_stable_per_data_dir(tmp_path: Path) -> None:
     assert RetrievalSettings(replica_id="r-1").replica_name() == "r-1"
     with pytest.raises(ValidationError, match="twice"):
         RetrievalSettings(replica_heartbeat_seconds=1.0, replica_expiry_seconds=1.5)
+
+
+def test_server_side_fusion_needs_both_indexes_on_a_qdrant_server() -> None:
+    for missing in ({"lexical_index": "tantivy"}, {"qdrant_url": ""}):
+        fields = {"fusion": "server", "lexical_index": "qdrant", "qdrant_url": "http://q:6333"}
+        with pytest.raises(ValidationError, match="fusion=server needs"):
+            RetrievalSettings(**{**fields, **missing})  # type: ignore[arg-type]
+    assert RetrievalSettings(fusion="server", lexical_index="qdrant", qdrant_url="http://q:6333")

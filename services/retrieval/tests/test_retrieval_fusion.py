@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hippo_retrieval.domain.fusion import fuse, named_speaker, neighbour_boost, rrf
+from hippo_retrieval.domain.fusion import fuse, named_speaker, neighbour_boost, refine, rrf
 from hippo_retrieval.domain.models import Candidate, Place
 
 
@@ -118,6 +118,43 @@ def test_fuse_is_rrf_then_the_neighbour_boost_then_the_cut(
     assert got == expected
     if boost == 0:
         assert asked == []  # no boost, no store read
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lexical=_lists,
+    semantic=_lists,
+    limit=st.integers(1, 20),
+    boost=st.sampled_from([0.0, 0.5, 1.5]),
+    where=st.dictionaries(_ids, st.builds(Place, st.sampled_from(["s1", "s2"]), st.integers(0, 6))),
+)
+def test_refine_runs_the_same_steps_on_scores_fused_elsewhere(
+    lexical: list[Candidate],
+    semantic: list[Candidate],
+    limit: int,
+    boost: float,
+    where: dict[str, Place],
+) -> None:
+    """Given the fused list (as an engine returns it: ids and fused scores, best first),
+    `refine` boosts and cuts exactly as `fuse` does after its own RRF: the same scores;
+    ties keep the engine's order; no per-retriever ranks."""
+    lists = {"lexical": lexical, "semantic": semantic}
+    places: dict[str, Place] = {}
+    taken: set[tuple[str, int]] = set()
+    for m, p in where.items():
+        if (p.session, p.position) not in taken:  # two turns never share a position
+            taken.add((p.session, p.position))
+            places[m] = p
+    fused = rrf(lists, k=5.0)
+    engine = [Candidate(h.memory_id, h.fused_score) for h in fused]
+    got = refine(engine, limit=limit, places=lambda ids: places, neighbour_weight=boost)
+    expected = neighbour_boost(fused, places, boost)
+    score = {h.memory_id: h.fused_score for h in expected}
+    assert len(got) == min(limit, len(fused))
+    assert all(h.ranks == {} and h.fused_score == score[h.memory_id] for h in got)
+    assert [h.fused_score for h in got] == sorted(score.values(), reverse=True)[:limit]
+    if boost == 0:
+        assert [h.memory_id for h in got] == [h.memory_id for h in fused][:limit]
 
 
 def test_the_speaker_step_lifts_the_named_speakers_turns() -> None:

@@ -28,6 +28,7 @@ from qdrant_client import QdrantClient
 from hippo_retrieval.adapters.edge_graph import GraphBuildCancelled
 from hippo_retrieval.adapters.edge_vectors import EdgeVectorIndex, ShardLockedError
 from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
+from hippo_retrieval.adapters.hybrid_collection import OneCollection, QdrantHybridIndex
 from hippo_retrieval.adapters.qdrant_vectors import QdrantVectorIndex
 from hippo_retrieval.domain.models import (
     Candidate,
@@ -89,7 +90,43 @@ def _qdrant(root: Path, dimension: int = DIM) -> Backend:
     )
 
 
-MAKERS = {"edge": _edge, "qdrant": _qdrant}
+class _BothSides:
+    """The vector port of a collection that holds BM25 too (hybrid_collection.py), each
+    apply handed to both sides in the projector's order."""
+
+    def __init__(self, path: str, dimension: int) -> None:
+        index = QdrantHybridIndex(QdrantClient(path=path), "fused", dimension)
+        self._pair = OneCollection(index, index)
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        self._pair.lexical.apply(changes)
+        self._pair.vectors.apply(changes)
+
+    def applied_seq(self) -> int:
+        return self._pair.vectors.applied_seq()
+
+    def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
+        return self._pair.vectors.search(scope, vector, limit)
+
+    def count(self) -> int:
+        return self._pair.vectors.count()
+
+    def close(self) -> None:
+        self._pair.close()
+
+
+def _fused(root: Path, dimension: int = DIM) -> Backend:
+    path = str(root / "qdrant")
+
+    def wipe() -> None:
+        client = QdrantClient(path=path)
+        client.delete_collection("fused")  # fused_meta stays
+        client.close()
+
+    return Backend("fused", lambda: _BothSides(path, dimension), wipe)
+
+
+MAKERS = {"edge": _edge, "qdrant": _qdrant, "fused": _fused}
 
 
 @pytest.fixture(params=sorted(MAKERS))

@@ -96,6 +96,13 @@ class QdrantHybridIndex(QdrantLexicalIndex):
             vectors[DENSE] = row
         return vectors
 
+    def count_vectors(self) -> int:
+        """Points with a dense vector (all tenants): `count()` counts every turn."""
+        with self._lock:
+            self._require_open()
+            dense = models.Filter(must=[models.HasVectorCondition(has_vector=DENSE)])
+            return self._client.count(self._collection, count_filter=dense, exact=True).count
+
     def nearest(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         if limit <= 0:
             return []
@@ -244,6 +251,9 @@ class _VectorSide(_Side):
 
     def apply(self, changes: Sequence[Change]) -> None:
         self._pair.write(changes)
+
+    def count(self) -> int:
+        return self._pair.index.count_vectors()
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
         return self._pair.index.nearest(scope, vector, limit)

@@ -404,7 +404,11 @@ def _same_vectors(have: Any, want: models.VectorParams | dict[str, models.Vector
             and have.distance == want.distance
         )
     have = have or {}
-    return isinstance(have, dict) and set(have) == set(want)
+    return (
+        isinstance(have, dict)
+        and set(have) == set(want)
+        and all(_same_vectors(have[name], want[name]) for name in want)
+    )
 
 
 def _same_sparse(have: Any, want: dict[str, models.SparseVectorParams] | None) -> bool:
