@@ -26,6 +26,7 @@ from hippo_retrieval.adapters.hybrid_collection import (
     OneCollection,
     QdrantHybridIndex,
     engine_k,
+    engine_weights,
 )
 from hippo_retrieval.adapters.sparse_lexical import LEXICAL
 from hippo_retrieval.domain.documents import lexical_document
@@ -110,17 +111,41 @@ def test_unit_weights_give_client_side_rrf_exactly(pair: OneCollection) -> None:
         assert c.score == pytest.approx(by_id[c.memory_id], rel=1e-5)
 
 
+def test_engine_weights_keep_the_ratio_around_hippos_offset() -> None:
+    lexical, semantic = engine_weights((1.5, 1.0))
+    assert lexical / semantic == pytest.approx(1.5)
+    assert lexical * semantic == pytest.approx(1.0)  # geometric mean 1
+    assert engine_weights((1.0, 1.0)) == (1.0, 1.0)
+    assert engine_weights((0.0, 2.0)) == (0.0, 1.0)  # a list weighted 0 adds nothing
+    assert engine_weights((0.0, 0.0)) == (0.0, 0.0)
+
+
+def test_engine_weights_score_closer_to_hippos_rrf_than_the_weights_as_they_are() -> None:
+    """Over ranks 1-100, the engine's scores with the mapped weights are proportional to
+    Hippo's w / (k + rank) within a much smaller relative error (the module's claim)."""
+    ranks = np.arange(1, 101)
+    hippo = np.concatenate([1.5 / (5 + ranks), 1.0 / (5 + ranks)])
+
+    def error(weights: tuple[float, float]) -> float:
+        engine = np.concatenate([1 / (ranks / w + engine_k(5) - 1) for w in weights])
+        scale = (engine @ hippo) / (engine @ engine)
+        return float(np.sum(((scale * engine - hippo) / hippo) ** 2))
+
+    assert error(engine_weights((1.5, 1.0))) * 4 < error((1.5, 1.0))
+
+
 def test_weights_stretch_ranks_as_documented(pair: OneCollection) -> None:
-    """Qdrant's weighted RRF: sum over retrievers of 1 / (rank / w + k' - 1)."""
+    """Qdrant's weighted RRF: sum over retrievers of 1 / (rank / w' + k' - 1), with
+    w' = engine_weights(w)."""
     apply(pair, corpus())
-    query, vector, w = "violin concert", unit(11), (1.5, 1.0)
+    query, vector, w = "violin concert", unit(11), engine_weights((1.5, 1.0))
     lexical = pair.lexical.search(SCOPE, query, 20)
     semantic = pair.vectors.search(SCOPE, vector, 20)
     score: dict[str, float] = {}
     for weight, found in zip(w, (lexical, semantic), strict=True):
         for rank, c in enumerate(found, start=1):
             score[c.memory_id] = score.get(c.memory_id, 0.0) + 1 / (rank / weight + 6 - 1)
-    fused = pair.vectors.hybrid(SCOPE, query, vector, 20, 5.0, w)
+    fused = pair.vectors.hybrid(SCOPE, query, vector, 20, 5.0, (1.5, 1.0))
     assert {c.memory_id for c in fused} == set(score)
     for c in fused:
         assert c.score == pytest.approx(score[c.memory_id], rel=1e-5)

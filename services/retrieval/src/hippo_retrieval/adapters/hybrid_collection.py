@@ -10,10 +10,14 @@ two lists and fuses them here. On a sharded cluster the fusion runs where the sh
 results meet, next to the data.
 
 What differs from client-side fusion (domain/fusion.py), and why it is an option:
-* Qdrant's weighted RRF is 1 / (rank / w + k' - 1) (a weight stretches the ranks), where
-  Hippo's is w / (k + rank) (a weight scales the score). With w = 1 both are RRF, and
-  k' = k + 1 gives the very same scores (`engine_k`). With BM25's default weight 1.5 the
-  two orders differ a little (docs/recall.md has the measured difference).
+* Qdrant's weighted RRF is 1 / (rank / w + k' - 1) = w / (rank + w (k' - 1)): a weight
+  scales a list's scores and moves its offset with them, where Hippo's, w / (k + rank),
+  scales only. With w = 1 both are RRF, and k' = k + 1 gives the very same scores
+  (`engine_k`). With other weights no choice is exact; `engine_weights` keeps their
+  ratios (how much more BM25 counts than vectors) and divides them by their geometric
+  mean, so the lists' offsets w (k' - 1) sit around Hippo's k on both sides of it (over
+  ranks 1-100 this is 5x closer to Hippo's scores than passing the weights as they are;
+  docs/recall.md has the measured recall of both).
 * The engine returns the fused order, not each retriever's ranks: hits report no
   lexical or semantic rank (0), and the search reports no per-retriever candidate
   counts, so the audit log records only the fused order.
@@ -29,6 +33,7 @@ applied seq is never half written. Deletions go once, from the vector side.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -58,6 +63,16 @@ def engine_k(k: float) -> int:
     """Qdrant's RRF constant for Hippo's `k`: the engine scores rank r (1-based) with
     1 / (r + k' - 1), Hippo with 1 / (r + k); the engine's k is a whole number."""
     return max(1, round(k) + 1)
+
+
+def engine_weights(weights: tuple[float, float]) -> tuple[float, float]:
+    """Qdrant's RRF weights for Hippo's (module docstring): the same ratio, geometric mean
+    1 over the positive ones (a weight of 0 stays 0: that list adds nothing in both)."""
+    positive = [w for w in weights if w > 0]
+    if not positive:
+        return (0.0, 0.0)
+    mean = math.exp(sum(math.log(w) for w in positive) / len(positive))
+    return (weights[0] / mean, weights[1] / mean)
 
 
 class QdrantHybridIndex(QdrantLexicalIndex):
@@ -123,8 +138,9 @@ class QdrantHybridIndex(QdrantLexicalIndex):
         weights: tuple[float, float],
     ) -> list[Candidate]:
         """BM25 and nearest neighbours, `candidates` each, fused in the engine by RRF with
-        (BM25, vector) `weights`: the fused candidates, best first (at most 2 x
-        candidates: every one either retriever found)."""
+        Hippo's `k` and (BM25, vector) `weights` (`engine_k`, `engine_weights`): the
+        fused candidates, best first (at most 2 x candidates: every one either retriever
+        found)."""
         if candidates <= 0:
             return []
         where = qdrant_vectors.scope_filter(scope)
@@ -134,6 +150,7 @@ class QdrantHybridIndex(QdrantLexicalIndex):
         dense = vector_list(vector, self._dimension, "the query")
         prefetch: list[models.Prefetch] = []
         used: list[float] = []
+        weights = engine_weights(weights)
         if indices:
             sparse = models.SparseVector(indices=indices, values=values)
             prefetch.append(
@@ -276,4 +293,4 @@ class _VectorSide(_Side):
         """Nothing to do: the server's optimizer builds it."""
 
 
-__all__ = ["DENSE", "OneCollection", "QdrantHybridIndex", "engine_k"]
+__all__ = ["DENSE", "OneCollection", "QdrantHybridIndex", "engine_k", "engine_weights"]
