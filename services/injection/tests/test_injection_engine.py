@@ -18,6 +18,7 @@ from hippo_injection.domain.types import (
     Attendable,
     GenerateRequest,
     Influence,
+    MemoryStates,
     Positions,
     Prompt,
     Sampling,
@@ -205,6 +206,75 @@ def test_one_memory_as_attendable_positions_equals_it_as_a_prefix(
     assert not torch.allclose(muted, ours)
 
 
+def _last(engine: TransformersEngine, prompt: list[int], attendable: Attendable) -> torch.Tensor:
+    run = engine.open(prompt, [], attendable, Sampling())
+    try:
+        return run.forward(prompt, 1)[-1]
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("from_layer", [0, 1])
+def test_stored_memory_states_are_attended_as_the_memories_read_now(
+    tiny_engine: TransformersEngine, from_layer: int
+) -> None:
+    """States computed once (positions from 0) and attached later, each after the ones
+    before it, give what reading the same memories at request time gives: the keys are
+    rotated to their positions. float16 storage: close, not bit-equal."""
+    memories, prompt = ("the cat sat on the mat", "a dog ran home"), [2, 14, 15]
+    read = _last(tiny_engine, prompt, Attendable(memories, from_layer=from_layer))
+    states = tuple(tiny_engine.memory_states(m, from_layer) for m in memories)
+    stored = _last(tiny_engine, prompt, Attendable(from_layer=from_layer, states=states))
+    torch.testing.assert_close(stored, read, atol=2e-3, rtol=2e-3)
+    # Mixed: the first read now, the second stored: the same positions, the same result.
+    mixed = Attendable(memories[:1], from_layer=from_layer, states=states[1:])
+    torch.testing.assert_close(_last(tiny_engine, prompt, mixed), read, atol=2e-3, rtol=2e-3)
+    # Order matters (positions): the memories swapped are not the same context.
+    swapped = _last(tiny_engine, prompt, Attendable(from_layer=from_layer, states=states[::-1]))
+    assert not torch.allclose(swapped, read, atol=2e-3, rtol=2e-3)
+
+
+def test_memory_states_keep_values_only_from_their_layer(tiny_engine: TransformersEngine) -> None:
+    layers = len(tiny_engine.layers)
+    states = tiny_engine.memory_states("the cat sat on the mat", 1)
+    n = 1 + len(tiny_engine.tokenize("the cat sat on the mat"))
+    assert states.tokens == n and states.from_layer == 1
+    assert states.keys.shape[:3] == (layers, states.keys.shape[1], n)
+    assert states.values.shape[0] == layers - 1
+    assert states.keys.dtype == states.values.dtype == np.float16
+    assert states.nbytes == states.keys.nbytes + states.values.nbytes
+    with pytest.raises(ValueError, match="from_layer"):
+        tiny_engine.memory_states("x", layers)
+
+
+def test_stored_states_of_another_model_or_shape_are_refused(
+    tiny_engine: TransformersEngine,
+) -> None:
+    states = tiny_engine.memory_states("the cat sat on the mat", 0)
+    other = MemoryStates("another-model", 0, states.keys, states.values)
+    with pytest.raises(ValueError, match="another-model"):
+        tiny_engine.open([2, 14], [], Attendable(states=(other,)), Sampling())
+    short = MemoryStates(states.model_id, 0, states.keys[:1], states.values[:1])
+    with pytest.raises(ValueError, match="layers"):
+        tiny_engine.open([2, 14], [], Attendable(states=(short,)), Sampling())
+
+
+def test_attending_stored_states_leaves_weights_and_the_next_request_untouched(
+    tiny_engine: TransformersEngine,
+) -> None:
+    before = {k: v.clone() for k, v in tiny_engine.model.state_dict().items()}
+    prompt = [2, 6, 7]
+    states = (tiny_engine.memory_states("the cat sat on the mat", 1),)
+    kept = states[0].keys.copy()
+    changed = _last(tiny_engine, prompt, Attendable(from_layer=1, states=states))
+    assert not torch.equal(changed, _plain_last_logits(tiny_engine, prompt))
+    assert np.array_equal(states[0].keys, kept)  # the stored states are not modified
+    assert all(torch.equal(v, before[k]) for k, v in tiny_engine.model.state_dict().items())
+    assert torch.equal(
+        _last(tiny_engine, prompt, Attendable()), _plain_last_logits(tiny_engine, prompt)
+    )
+
+
 # -- the real Gemma 3 270M -------------------------------------------------------------
 
 
@@ -223,6 +293,19 @@ def test_no_influence_gives_bit_identical_logits_real(engine: TransformersEngine
     again = engine.open(ids, [], Attendable(), Sampling())
     assert torch.equal(again.forward(ids, 1)[-1], plain) and not torch.equal(changed, plain)
     again.close()
+
+
+def test_stored_states_attend_as_reading_the_memories_real(engine: TransformersEngine) -> None:
+    """Gemma 3's two rotary bases (local and global layers) both move the stored keys to
+    their positions: stored and read memories give the same next-token logits, to
+    float16's precision."""
+    memories = ("My sister Ana lives in Porto and teaches violin.", "The boat is called Osprey.")
+    prompt = [engine.bos_id, *engine.tokenize("Question: Where does my sister live?\nAnswer:")]
+    read = _last(engine, prompt, Attendable(memories, from_layer=6))
+    states = tuple(engine.memory_states(m, 6) for m in memories)
+    stored = _last(engine, prompt, Attendable(from_layer=6, states=states))
+    assert float((read - stored).abs().max()) < 0.02
+    assert int(read.argmax()) == int(stored.argmax())
 
 
 async def test_a_value_vector_measurably_shifts_the_next_token_distribution(

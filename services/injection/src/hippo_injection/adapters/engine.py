@@ -17,7 +17,14 @@ from tokenizers import Tokenizer
 
 from hippo_injection.adapters import hooks, sampling
 from hippo_injection.domain.baseline import NEUTRAL_STATEMENTS
-from hippo_injection.domain.types import Attendable, Influence, ModelInfo, Sampling, Vector
+from hippo_injection.domain.types import (
+    Attendable,
+    Influence,
+    MemoryStates,
+    ModelInfo,
+    Sampling,
+    Vector,
+)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -53,7 +60,7 @@ class TorchRun:
         if choice.do_sample:
             self._generator = torch.Generator().manual_seed(int(choice.seed or 0))
         try:
-            if attendable.texts:
+            if attendable:
                 engine.prefix_memories(self.cache, attendable)
             self._handles = hooks.install(engine.layers, engine.deltas(influences), self._state)
         except BaseException:
@@ -340,9 +347,38 @@ class TransformersEngine:
             grouped.setdefault(item.layer, []).append(delta)
         return grouped
 
+    def memory_states(self, text: str, from_layer: int) -> MemoryStates:
+        from transformers import DynamicCache
+
+        layers = len(self.layers)
+        if not 0 <= from_layer < layers:
+            raise ValueError(f"from_layer must be 0..{layers - 1}, got {from_layer}")
+        ids = [self._bos, *self.tokenize(text)]
+        window = getattr(self.model.config, "sliding_window", None)
+        if window and len(ids) > window:
+            raise ValueError(
+                f"a memory of {len(ids)} tokens is longer than the model's sliding window "
+                f"({window}): its first tokens would be out of reach"
+            )
+        alone = DynamicCache(config=self.model.config)
+        positions = torch.arange(len(ids), device=self._device).view(1, -1)
+        tensor = torch.tensor([ids], dtype=torch.long, device=self._device)
+        with torch.inference_mode():
+            self.model(input_ids=tensor, cache=alone, position_ids=positions, logits_to_keep=1)
+
+            def half(t: Any) -> np.ndarray:
+                out: np.ndarray = t[0].to(torch.float16).cpu().numpy()
+                return out
+
+            cached: list[Any] = list(alone.layers)
+            keys = np.stack([half(layer.keys) for layer in cached])
+            values = np.stack([half(cached[i].values) for i in range(from_layer, layers)])
+        return MemoryStates(self._info.model, from_layer, keys, values)
+
     def prefix_memories(self, cache: Any, attendable: Attendable) -> None:
-        """Each memory on its own after its own <bos>, positions continuing; then the
-        values of layers below `from_layer` zeroed and the rest scaled."""
+        """Each memory on its own after its own <bos>, positions continuing: the texts
+        read now, then the stored states moved to their positions; then the values of
+        layers below `from_layer` zeroed and the rest scaled."""
         from transformers import DynamicCache
 
         for text in attendable.texts:
@@ -356,11 +392,53 @@ class TransformersEngine:
             with torch.inference_mode():
                 self.model(input_ids=tensor, cache=alone, position_ids=positions, logits_to_keep=1)
             self._splice(cache, alone)
+        for states in attendable.states:
+            self._attach(cache, states)
         with torch.inference_mode():
             for index, layer in enumerate(cache.layers):
                 factor = attendable.value_scale if index >= attendable.from_layer else 0.0
                 if factor != 1.0:
                     layer.values.mul_(factor)
+
+    def _attach(self, cache: Any, states: MemoryStates) -> None:
+        """Stored states after what `cache` holds. They were computed at positions from
+        0; RoPE rotates a key by its position, and rotations compose, so rotating each
+        stored key by the start offset (with the layer's own rotary frequencies) gives
+        the key the memory would have had, read there."""
+        if states.model_id != self._info.model:
+            raise ValueError(
+                f"memory states of {states.model_id!r} cannot be attended by {self._info.model!r}"
+            )
+        if states.keys.shape[0] != len(self.layers):
+            raise ValueError(
+                f"memory states of {states.keys.shape[0]} layers, the model has {len(self.layers)}"
+            )
+        start = cache.get_seq_length()
+        rotary = self.model.model.rotary_emb
+        kinds = self.model.config.layer_types
+        n = states.tokens
+        with torch.inference_mode():
+            shift = torch.full((1, n), start, dtype=torch.long, device=self._device)
+            turns: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+            for index, layer in enumerate(cache.layers):
+                keys = torch.from_numpy(states.keys[index]).to(self._device, torch.float32)[None]
+                kind = kinds[index]
+                if kind not in turns:
+                    cos, sin = rotary(keys, shift, kind)  # (1, n, head_dim)
+                    turns[kind] = (cos[:, None].float(), sin[:, None].float())
+                cos, sin = turns[kind]
+                half = keys.shape[-1] // 2
+                rotated = torch.cat((-keys[..., half:], keys[..., :half]), dim=-1)
+                keys = keys * cos + rotated * sin
+                below = index < states.from_layer
+                values = (
+                    torch.zeros_like(keys)
+                    if below
+                    else torch.from_numpy(states.values[index - states.from_layer]).to(
+                        self._device, torch.float32
+                    )[None]
+                )
+                layer.update(keys.to(self._dtype), values.to(self._dtype))
 
     @staticmethod
     def _splice(cache: Any, extra: Any) -> None:

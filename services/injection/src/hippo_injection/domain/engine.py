@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hippo_injection.domain.types import Attendable, Influence, ModelInfo, Sampling, Vector
+from hippo_injection.domain.types import (
+    Attendable,
+    Influence,
+    MemoryStates,
+    ModelInfo,
+    Sampling,
+    Vector,
+)
 
 
 class Run(Protocol):
@@ -80,6 +87,13 @@ class Engine(Protocol):
         attendable: Attendable,
     ) -> tuple[list[float], bool]:
         """log p of each continuation token and whether each one is the argmax."""
+        ...
+
+    def memory_states(self, text: str, from_layer: int) -> MemoryStates:
+        """`text` read alone (after its own <bos>, positions from 0): its key/value states
+        to be attended later (`Attendable.states`), values from `from_layer` up. Raises
+        ValueError for a layer out of range or a memory longer than the model attends
+        back in its sliding-window layers."""
         ...
 
     def hidden_means(self, texts: Sequence[str], layers: Sequence[int]) -> dict[int, Vector]:

@@ -47,11 +47,43 @@ class Influence:
     positions: Positions = Positions.ALL
 
 
+@dataclass(frozen=True, eq=False)
+class MemoryStates:
+    """One memory's key/value states as the model computed them on the memory alone (its
+    own <bos> first, positions from 0), kept so that it can be attended later without
+    being read again (`Attendable.states`). The keys of every layer (a prompt attends to
+    the memory's positions at every layer: the attention masks have one length), the
+    values from `from_layer` up (below it the memory is not read: zero values). float16,
+    each layer's as (kv_heads, tokens, head_dim)."""
+
+    model_id: str
+    from_layer: int
+    keys: npt.NDArray[np.float16]  # (layers, kv_heads, tokens, head_dim)
+    values: npt.NDArray[np.float16]  # (layers - from_layer, kv_heads, tokens, head_dim)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.keys.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.values.nbytes)
+
+
 @dataclass(frozen=True)
 class Attendable:
+    """Memories the prompt may attend to, before it: `texts` read now (each alone, after
+    its own <bos>), then `states` read before (MemoryStates); each at the positions
+    after the memories before it. Values below `from_layer` are zero, the rest are
+    multiplied by `value_scale`."""
+
     texts: tuple[str, ...] = ()
     from_layer: int = 0
     value_scale: float = 1.0
+    states: tuple[MemoryStates, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.texts or self.states)
 
 
 @dataclass(frozen=True)
