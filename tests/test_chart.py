@@ -281,7 +281,7 @@ def test_server_side_fusion_only_where_one_qdrant_collection_can_hold_both() -> 
         merged("default", {"retrieval": {"fusion": "server"}}),  # no Qdrant server
         merged("cluster-large", {"retrieval": {"fusion": "server", "lexicalIndex": "tantivy"}}),
     ):
-        with pytest.raises(helm.HelmError, match="retrieval.fusion server needs"):
+        with pytest.raises(helm.HelmError, match=r"retrieval\.fusion server needs"):
             render(values)
 
 

@@ -22,6 +22,7 @@ from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
 from hippo_injection.domain.memtok.models import Observation, Vector
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
+from hippo_injection.domain.types import MemoryStates
 from hippo_injection.settings import InjectionSettings
 
 DAY_US = 86_400_000_000
@@ -60,6 +61,27 @@ class FakeValues:
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.hidden)
 
 
+class FakeStates:
+    """Attendable states of a fixed shape (4 layers, 1 head, 8 dims), one token per word
+    plus <bos>, drawn from the text: what Engine.memory_states gives, small."""
+
+    layers, head_dim = 4, 8
+
+    def __init__(self, model_id: str = "model-a", from_layer: int = 1) -> None:
+        self.model_id = model_id
+        self.from_layer = from_layer
+
+    def states(self, texts: Sequence[str]) -> list[MemoryStates]:
+        out = []
+        for text in texts:
+            rng = np.random.default_rng(_slot(f"{self.from_layer}{text}", 2**31))
+            shape = (self.layers, 1, 1 + len(text.split()), self.head_dim)
+            keys = rng.standard_normal(shape).astype(np.float16)
+            values = rng.standard_normal(shape).astype(np.float16)[self.from_layer :]
+            out.append(MemoryStates(self.model_id, self.from_layer, keys, values))
+        return out
+
+
 def settings(root: Path, url: str = "", **kw: object) -> InjectionSettings:
     return InjectionSettings(
         data_dir=str(root),
@@ -74,6 +96,7 @@ def open_store(
     values: FakeValues | None = None,
     *,
     url: str = "",
+    attend: FakeStates | None = None,
     **kw: bool,
 ) -> MemtokStore:
     """Through the service's own wiring of the item store (SQLite, or PostgreSQL when
@@ -83,7 +106,7 @@ def open_store(
     try:
         return MemtokStore(
             items, keys, BagEmbedder(), values or FakeValues(), policy or Policy(),
-            buffer=buffer, **kw,
+            buffer=buffer, attend=attend, **kw,
         )  # fmt: skip
     except BaseException:
         keys.close()

@@ -169,8 +169,9 @@ CREATE TABLE IF NOT EXISTS user_modes (
 
 
 def test_a_store_written_before_versions_opens_and_keeps_its_rows(tmp_path: Path) -> None:
-    """The unversioned store (user_version 0, its tables already there) opens as
-    version 1 with every row and its change number."""
+    """The unversioned store (user_version 0, its tables already there) opens, migrated
+    to the current version (2: attendable states), with every row and its change
+    number; its rows have no states."""
     path = tmp_path / "memtok.sqlite3"
     old = sqlite3.connect(path, isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")
@@ -186,15 +187,16 @@ def test_a_store_written_before_versions_opens_and_keeps_its_rows(tmp_path: Path
         assert [m.id for m in store.by_user("t", "u")] == ["a"]
         assert store.head() == 7 and store.meta()["model_id"] == "model-a"
         assert store.put([item("b")]) == 8
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
         assert store._db.execute("PRAGMA secure_delete").fetchone()[0] == 1
         assert int(store._db.execute("PRAGMA busy_timeout").fetchone()[0]) > 0
+        assert store.states("t", "u", ["a", "b"]) == {}
     finally:
         store.close()
     newer = sqlite3.connect(path)
-    newer.execute("PRAGMA user_version = 2")
+    newer.execute("PRAGMA user_version = 3")
     newer.close()
-    with pytest.raises(FailedPrecondition, match="version 2"):
+    with pytest.raises(FailedPrecondition, match="version 3"):
         SqliteMemtokStore(path)
 
 

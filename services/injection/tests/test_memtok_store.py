@@ -9,7 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from memtok_fakes import DAY_US, BagEmbedder, FakeValues, close, obs, open_store, settings
+from memtok_fakes import (
+    DAY_US,
+    BagEmbedder,
+    FakeStates,
+    FakeValues,
+    close,
+    obs,
+    open_store,
+    settings,
+)
 
 from hippo_injection import memtok_rebuild
 from hippo_injection.__main__ import open_store as open_real
@@ -255,3 +264,120 @@ def test_rebuild_moves_the_store_to_the_served_model(
     if not engine_url:
         empty = settings(tmp_path / "elsewhere")
         assert memtok_rebuild.missing(empty) == str(tmp_path / "elsewhere" / "memtok.sqlite3")
+
+
+# -- attendable states (issue 20) --------------------------------------------------------
+
+
+def test_attendable_states_survive_a_restart_bit_exactly(tmp_path: Path, engine_url: str) -> None:
+    s = open_store(tmp_path, attend=FakeStates(), url=engine_url)
+    s.admit("t", "u", [obs("Lisbon", context="moved to"), obs("violin", context="plays the")], T0)
+    ids = {m.word: m.id for m in s.items.by_user("t", "u")}
+    assert all(m.states is None for m in s.items.by_user("t", "u"))  # read apart only
+    close(s)
+    s = open_store(tmp_path, attend=FakeStates(), url=engine_url)
+    try:
+        stored = s.items.states("t", "u", list(ids.values()))
+        for word, source in (("Lisbon", "moved to Lisbon"), ("violin", "plays the violin")):
+            (want,) = FakeStates().states([source])
+            got = stored[ids[word]]
+            assert got.model_id == "model-a" and got.from_layer == 1
+            assert got.keys.dtype == np.float16
+            assert np.array_equal(got.keys, want.keys)
+            assert np.array_equal(got.values, want.values)
+        assert s.items.states("t", "other", list(ids.values())) == {}  # scoped
+    finally:
+        close(s)
+
+
+def test_compressed_items_keep_their_states_in_int8(tmp_path: Path, engine_url: str) -> None:
+    p = Policy(capacity=3, min_rank=0.1, grace_days=0.0, compress_below=0.3)
+    s = open_store(tmp_path, p, attend=FakeStates(), url=engine_url)
+    try:
+        s.admit("t", "u", [obs("weakA", 0.2, surprise=0)], T0)
+        s.admit("t", "u", [obs("weakB", 0.25, surprise=0)], T0)
+        s.admit("t", "u", [obs("strong", 0.9, surprise=12)], T0)
+        report = s.admit("t", "u", [obs("new1", 0.9, surprise=12)], T0 + 1)
+        assert ("weakA", "compressed") in [(r.word, r.outcome) for r in report.removed]
+        weak = next(m for m in s.items.by_user("t", "u") if m.word == "weakA")
+        assert weak.packing is Packing.INT8
+        (want,) = FakeStates().states([weak.source_words])
+        got = s.items.states("t", "u", [weak.id])[weak.id]
+        for have, exact in ((got.keys, want.keys), (got.values, want.values)):
+            peak = np.abs(exact.astype(np.float32)).max(axis=-1, keepdims=True)
+            error = np.abs(have.astype(np.float32) - exact.astype(np.float32))
+            assert (error <= peak / 127 + 1e-3).all() and not np.array_equal(have, exact)
+    finally:
+        close(s)
+
+
+def test_a_store_attending_from_another_layer_is_refused_until_rebuilt(
+    tmp_path: Path, engine_url: str
+) -> None:
+    s = open_store(tmp_path, attend=FakeStates(from_layer=1), url=engine_url)
+    s.admit("t", "u", [obs("Lisbon")], T0)
+    close(s)
+    with pytest.raises(StoreModelMismatch, match="layer 1"):
+        open_store(tmp_path, attend=FakeStates(from_layer=2), url=engine_url)
+    s = open_store(tmp_path, attend=FakeStates(from_layer=2), verify_model=False, url=engine_url)
+    assert s.rebuild() == 1
+    close(s)
+    s = open_store(tmp_path, attend=FakeStates(from_layer=2), url=engine_url)  # accepted now
+    try:
+        (item,) = s.items.by_user("t", "u")
+        got = s.items.states("t", "u", [item.id])[item.id]
+        assert got.from_layer == 2 and got.values.shape[0] == FakeStates.layers - 2
+    finally:
+        close(s)
+    with pytest.raises(ValueError, match="one model"):
+        open_store(tmp_path / "x", attend=FakeStates("model-b"), url=engine_url)
+
+
+def test_forget_removes_the_states_with_the_items(tmp_path: Path, engine_url: str) -> None:
+    s = open_store(tmp_path, attend=FakeStates(), url=engine_url)
+    try:
+        s.admit("t", "u", [obs("Lisbon", context="moved to")], T0)
+        s.admit("t", "v", [obs("Lisbon", context="moved to")], T0)
+        (mine,) = s.items.by_user("t", "u")
+        (theirs,) = s.items.by_user("t", "v")
+        assert s.forget("t", "u") == 1
+        assert s.items.states("t", "u", [mine.id]) == {}
+        assert list(s.items.states("t", "v", [theirs.id])) == [theirs.id]
+    finally:
+        close(s)
+
+
+def test_the_served_store_keeps_states_the_model_attends_as_it_reads_them(
+    tmp_path: Path, engine_url: str, tiny_engine: TransformersEngine
+) -> None:
+    """The service's wiring (memtok_attend_layer): a new item's states come from the
+    served model and, read back from the store, are attended as reading its source words
+    now would be."""
+    import torch
+
+    from hippo_injection.domain.types import Attendable, Sampling
+
+    served = settings(tmp_path, engine_url, memtok_layer=1, memtok_attend_layer=1)
+    store = open_real(served, tiny_engine, BagEmbedder())
+    try:
+        store.admit("t", "u", [obs("cat", context="the black")], T0)
+        (item,) = store.items.by_user("t", "u")
+        states = store.items.states("t", "u", [item.id])[item.id]
+        assert states.model_id == tiny_engine.info.model and states.from_layer == 1
+        prompt = [2, 14, 15]
+
+        def last(attendable: Attendable) -> torch.Tensor:
+            run = tiny_engine.open(prompt, [], attendable, Sampling())
+            try:
+                return run.forward(prompt, 1)[-1]
+            finally:
+                run.close()
+
+        read = last(Attendable((item.source_words,), from_layer=1))
+        stored = last(Attendable(from_layer=1, states=(states,)))
+        torch.testing.assert_close(stored, read, atol=2e-3, rtol=2e-3)
+    finally:
+        close(store)
+    with pytest.raises(StoreModelMismatch, match="attendable states from layer 1"):
+        open_real(settings(tmp_path, engine_url, memtok_layer=1, memtok_attend_layer=2),
+                  tiny_engine, BagEmbedder())  # fmt: skip

@@ -18,7 +18,7 @@ from hippo_injection.domain.memtok.pipeline import InfluencePipeline, PipelineSe
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.ports import Embedder, ItemStore, ReplyBuffer
 from hippo_injection.domain.memtok.store import MemtokStore
-from hippo_injection.domain.memtok.values import EngineValues
+from hippo_injection.domain.memtok.values import EngineStates, EngineValues
 from hippo_injection.domain.queue import ModelQueue
 from hippo_injection.domain.service import InjectionService
 from hippo_injection.domain.types import GenerateRequest, Prompt
@@ -173,8 +173,16 @@ def open_store(
         raise
     try:
         values = EngineValues(engine, s.memtok_layer)
+        attend = EngineStates(engine, s.memtok_attend_layer) if s.memtok_attend_layer >= 0 else None
         return MemtokStore(
-            items, keys, embedder, values, policy(s), buffer=buffer, verify_model=verify_model
+            items,
+            keys,
+            embedder,
+            values,
+            policy(s),
+            buffer=buffer,
+            verify_model=verify_model,
+            attend=attend,
         )
     except BaseException:
         keys.close()

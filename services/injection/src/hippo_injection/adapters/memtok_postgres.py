@@ -36,8 +36,17 @@ from typing import Any
 import psycopg
 
 from hippo_core.postgres import Database
-from hippo_injection.adapters.memtok_rows import COLUMNS, NAMES, UPDATED, from_row, to_row
+from hippo_injection.adapters.memtok_rows import (
+    COLUMNS,
+    NAMES,
+    UPDATED,
+    from_row,
+    states_rows,
+    to_row,
+    unpack_states,
+)
 from hippo_injection.domain.memtok.models import Changes, Memtok, Observation
+from hippo_injection.domain.types import MemoryStates
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +117,8 @@ CREATE TABLE feed (
 CREATE INDEX feed_seq ON feed (seq);
 CREATE INDEX feed_changed ON feed (changed_us);
 """,
+    # 2: attendable states (memtok_rows.py), read apart from the rows.
+    "ALTER TABLE memtoks ADD COLUMN states bytea;",
 ]
 
 _UPSERT = (
@@ -267,10 +278,30 @@ class PostgresMemtokStore:
             seq = _bump(conn)
             with conn.cursor() as cursor:
                 cursor.executemany(_UPSERT, rows)
+                states = states_rows(items)
+                if states:
+                    cursor.executemany(
+                        "UPDATE memtoks SET states = %s "
+                        "WHERE id = %s AND tenant = %s AND user_id = %s",
+                        states,
+                    )
             _record(conn, seq, [(m.tenant, m.id) for m in items])
             return seq
 
         return self._db.run(work, NAME)
+
+    def states(self, tenant: str, user: str, ids: Sequence[str]) -> dict[str, MemoryStates]:
+        if not ids:
+            return {}
+        rows = self._db.read(
+            lambda c: c.execute(
+                "SELECT id, model_id, states FROM memtoks WHERE tenant = %s AND user_id = %s "
+                "AND id = ANY(%s) AND states IS NOT NULL",
+                (tenant, user, list(ids)),
+            ).fetchall(),
+            NAME,
+        )
+        return {str(i): unpack_states(bytes(b), str(m)) for i, m, b in rows}
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         if not ids:

@@ -16,8 +16,17 @@ from pathlib import Path
 from sqlite3 import Connection
 
 from hippo_core import sqlite as hippo_sqlite
-from hippo_injection.adapters.memtok_rows import COLUMNS, NAMES, UPDATED, from_row, to_row
+from hippo_injection.adapters.memtok_rows import (
+    COLUMNS,
+    NAMES,
+    UPDATED,
+    from_row,
+    states_rows,
+    to_row,
+    unpack_states,
+)
 from hippo_injection.domain.memtok.models import Changes, Memtok
+from hippo_injection.domain.types import MemoryStates
 
 NAME = "memtok store"
 
@@ -57,6 +66,8 @@ CREATE TABLE IF NOT EXISTS user_modes (
   PRIMARY KEY (tenant, user_id)
 );
 """,
+    # 2: attendable states (memtok_rows.py), read apart from the rows.
+    "ALTER TABLE memtoks ADD COLUMN states BLOB;",
 ]
 
 _UPSERT = (
@@ -152,7 +163,24 @@ class SqliteMemtokStore:
         with self._lock, hippo_sqlite.transaction(self._db) as conn:
             seq = _bump(conn)
             conn.executemany(_UPSERT, rows)
+            conn.executemany(
+                "UPDATE memtoks SET states = ? WHERE id = ? AND tenant = ? AND user_id = ?",
+                states_rows(items),
+            )
         return seq
+
+    def states(self, tenant: str, user: str, ids: Sequence[str]) -> dict[str, MemoryStates]:
+        found: dict[str, MemoryStates] = {}
+        with self._lock:
+            for chunk in hippo_sqlite.chunks(ids):
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    "SELECT id, model_id, states FROM memtoks WHERE tenant = ? AND user_id = ? "
+                    f"AND id IN ({marks}) AND states IS NOT NULL",
+                    (tenant, user, *chunk),
+                ).fetchall()
+                found.update((str(i), unpack_states(bytes(b), str(m))) for i, m, b in rows)
+        return found
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         if not ids:

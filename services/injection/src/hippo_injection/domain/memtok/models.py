@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from hippo_injection.domain.types import MemoryStates
+
 Vector = npt.NDArray[np.float32]
 
 
@@ -65,6 +67,9 @@ class Memtok:
     grace_until_us: int
     packing: Packing = Packing.FLOAT16
     resurface_at_us: int = 0  # 0: not marked; otherwise when to resurface if dormant
+    # The source words' attendable key/value states (issue 20): given to `put` to store
+    # them; items read back carry None (the store reads them apart: `ItemStore.states`).
+    states: MemoryStates | None = None
 
 
 @dataclass(frozen=True)

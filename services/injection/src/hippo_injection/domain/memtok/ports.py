@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from hippo_injection.domain.memtok.models import Changes, Memtok, Observation, Vector
+from hippo_injection.domain.types import MemoryStates
 
 
 class ItemStore(Protocol):
@@ -60,7 +61,14 @@ class ItemStore(Protocol):
 
     def put(self, items: Sequence[Memtok]) -> int:
         """Insert or replace, in one durable transaction; the change's seq (0 when
-        nothing was given). An id held by another tenant or user is left unchanged."""
+        nothing was given). An id held by another tenant or user is left unchanged. An
+        item's `states`, when set, are stored with it (packed as its values are); None
+        keeps what is stored."""
+        ...
+
+    def states(self, tenant: str, user: str, ids: Sequence[str]) -> dict[str, MemoryStates]:
+        """The stored attendable states of these items of this tenant and user (items
+        without any, or missing, left out)."""
         ...
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
@@ -136,6 +144,19 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vector:
         """(len(texts), dim) unit rows in the embedding model's space."""
         ...
+
+
+class StateMaker(Protocol):
+    """Attendable key/value states of texts (Engine.memory_states), values from
+    `from_layer` up."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def from_layer(self) -> int: ...
+
+    def states(self, texts: Sequence[str]) -> list[MemoryStates]: ...
 
 
 class ValueMaker(Protocol):

@@ -34,12 +34,14 @@ from hippo_injection.domain.memtok.ports import (
     ItemStore,
     KeyIndex,
     ReplyBuffer,
+    StateMaker,
     ValueMaker,
 )
 
 log = logging.getLogger(__name__)
 
 _NAMESPACE = uuid.UUID("9c1d7a52-0f0b-4b7e-8f7e-1d5e0b6c3a21")
+ATTEND_LAYER = "attend_layer"  # meta: the first layer whose values the states keep
 COST = {Packing.FLOAT16: 1.0, Packing.INT8: 0.5}  # slots an item takes by value packing
 # Changes read per step when the key index catches up: bounds one read's size after a
 # long absence (a step's items come with their vectors).
@@ -70,13 +72,18 @@ class MemtokStore:
         *,
         buffer: ReplyBuffer | None = None,
         verify_model: bool = True,
+        attend: StateMaker | None = None,
     ) -> None:
         """`verify_model=False` only for `rebuild`: the store may belong to another model.
-        `buffer`: where reply words wait (default: this process's memory)."""
+        `buffer`: where reply words wait (default: this process's memory). `attend`: new
+        items keep their source words' attendable states too (issue 20), made by it."""
+        if attend is not None and attend.model_id != values.model_id:
+            raise ValueError("attendable states and value vectors must come from one model")
         self.items = items
         self.keys = keys
         self.embedder = embedder
         self.values = values
+        self.attend = attend
         self.policy = policy
         self.buffer: ReplyBuffer = buffer if buffer is not None else MemoryReplyBuffer()
         if verify_model:
@@ -85,14 +92,26 @@ class MemtokStore:
 
     # -- model identity ---------------------------------------------------------
 
-    def _check_model(self) -> None:
+    def _identity(self) -> dict[str, str]:
+        """What the store's vectors and states were made with (its meta)."""
         want = {"model_id": self.values.model_id, "layer": str(self.values.layer)}
+        if self.attend is not None:
+            want[ATTEND_LAYER] = str(self.attend.from_layer)
+        return want
+
+    def _check_model(self) -> None:
+        want = self._identity()
         meta = self.items.claim_meta(want)  # a new store becomes this model's
         if meta.get("model_id") != want["model_id"] or meta.get("layer") != want["layer"]:
             raise StoreModelMismatch(
                 f"the memtok store holds value vectors of {meta.get('model_id')} at layer "
                 f"{meta.get('layer')}, this service runs {want['model_id']} at layer "
                 f"{want['layer']}; run `hippo memtok rebuild`"
+            )
+        if ATTEND_LAYER in want and meta.get(ATTEND_LAYER) != want[ATTEND_LAYER]:
+            raise StoreModelMismatch(
+                f"the memtok store holds attendable states from layer {meta.get(ATTEND_LAYER)}, "
+                f"this service attends from layer {want[ATTEND_LAYER]}; run `hippo memtok rebuild`"
             )
 
     def rebuild(self) -> int:
@@ -104,19 +123,22 @@ class MemtokStore:
                 batch = self.items.by_user(tenant, user)
                 if not batch:
                     continue
-                vectors = self.values.values([m.source_words for m in batch])
+                sources = [m.source_words for m in batch]
+                vectors = self.values.values(sources)
+                states = self.attend.states(sources) if self.attend is not None else None
                 fresh = [
                     replace(
                         m,
                         value=vectors[i],
                         layer=self.values.layer,
                         model_id=self.values.model_id,
+                        states=states[i] if states is not None else None,
                     )
                     for i, m in enumerate(batch)
                 ]
                 self._follow(self.items.put(fresh), fresh)
                 done += len(fresh)
-        self.items.set_meta({"model_id": self.values.model_id, "layer": str(self.values.layer)})
+        self.items.set_meta(self._identity())
         log.info("memtok rebuild: %d items for %s", done, self.values.model_id)
         return done
 
@@ -218,6 +240,8 @@ class MemtokStore:
                     report.written.append(Written(obs.word, "rejected", reason="store_full"))
                     continue
                 item = self._new(tenant, user, obs, key, values[i], now_us, source)
+                if self.attend is not None:
+                    item.states = self.attend.states([obs.source_words])[0]
                 self._follow(self.items.put([item]), [item])
                 report.written.append(Written(obs.word, "new", item.id, count=item.count))
         return report
@@ -317,6 +341,7 @@ class MemtokStore:
                 packed.append(m)
                 report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
         if packed:
+            self._repack_states(tenant, user, packed)
             self._follow(self.items.put(packed), packed)
         victims: list[Memtok] = []
         for m in evictable:
@@ -437,11 +462,14 @@ class MemtokStore:
                 report.removed.append(
                     Removed(other.id, other.word, "merged", other.keep, other.count)
                 )
+        packed: list[Memtok] = []
         for m in items:
             if m.id not in gone and m.packing is Packing.FLOAT16 and m.keep < p.compress_below:
                 m.packing = Packing.INT8
                 changed[m.id] = m
+                packed.append(m)
                 report.removed.append(Removed(m.id, m.word, "compressed", m.keep, m.count))
+        self._repack_states(tenant, user, packed)
         if changed:
             kept = list(changed.values())
             self._follow(self.items.put(kept), kept)
@@ -449,6 +477,15 @@ class MemtokStore:
             ids = sorted(gone)
             self._follow(self.items.delete(tenant, user, ids), tenant=tenant, gone=ids)
         return report
+
+    def _repack_states(self, tenant: str, user: str, items: list[Memtok]) -> None:
+        """Items compressed: their stored states go back with them, to be packed as the
+        items now are (int8)."""
+        if not items:
+            return
+        stored = self.items.states(tenant, user, [m.id for m in items])
+        for m in items:
+            m.states = stored.get(m.id)
 
     def mark_resurface(self, tenant: str, user: str, memtok_id: str, at_us: int) -> bool:
         with self.items.writing(tenant, user):
