@@ -324,3 +324,23 @@ def test_postgres_erasure_vacuums_the_tables(pg: ItemStore, postgres_url: str) -
         )
         assert words.fetchone() == (0,)
     assert sorted(rows) == [("feed", True, 0), ("memtoks", True, 0)]
+
+
+def test_states_records_round_trip_and_refuse_what_is_not_one() -> None:
+    from hippo_injection.adapters.states_codec import pack_states, unpack_states
+    from hippo_injection.domain.types import MemoryStates
+
+    rng = np.random.default_rng(5)
+    keys = rng.standard_normal((4, 1, 3, 8)).astype(np.float16)
+    values = rng.standard_normal((2, 1, 3, 8)).astype(np.float16)
+    states = MemoryStates("gemma-ü", 2, keys, values)
+    back = unpack_states(pack_states(states))
+    assert (back.model_id, back.from_layer) == ("gemma-ü", 2)
+    assert np.array_equal(back.keys, keys) and np.array_equal(back.values, values)
+    small = unpack_states(pack_states(states, Packing.INT8))
+    peak = np.abs(keys.astype(np.float32)).max(axis=-1, keepdims=True)
+    assert (np.abs(small.keys.astype(np.float32) - keys) <= peak / 254 + 1e-3).all()
+    record = pack_states(states)
+    for bad in (b"", b"HMS1", record[:-1], record + b"\0", b"XXXX" + record[4:]):
+        with pytest.raises(ValueError, match="not a memory states record"):
+            unpack_states(bad)

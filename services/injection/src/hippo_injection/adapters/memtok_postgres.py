@@ -43,8 +43,8 @@ from hippo_injection.adapters.memtok_rows import (
     from_row,
     states_rows,
     to_row,
-    unpack_states,
 )
+from hippo_injection.adapters.states_codec import unpack_states
 from hippo_injection.domain.memtok.models import Changes, Memtok, Observation
 from hippo_injection.domain.types import MemoryStates
 
@@ -295,13 +295,13 @@ class PostgresMemtokStore:
             return {}
         rows = self._db.read(
             lambda c: c.execute(
-                "SELECT id, model_id, states FROM memtoks WHERE tenant = %s AND user_id = %s "
+                "SELECT id, states FROM memtoks WHERE tenant = %s AND user_id = %s "
                 "AND id = ANY(%s) AND states IS NOT NULL",
                 (tenant, user, list(ids)),
             ).fetchall(),
             NAME,
         )
-        return {str(i): unpack_states(bytes(b), str(m)) for i, m, b in rows}
+        return {str(i): unpack_states(bytes(b)) for i, b in rows}
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         if not ids:

@@ -7,19 +7,17 @@ the key index's source on a rebuild).
 
 An item's attendable states (MemoryStates: its source words' keys and values as the
 model computed them) are the `states` column, outside NAMES: tens of KiB each, so they
-are read only for the items a plan attends (`states_of`), never with the rows. Packed
-as the item's values are: float16, or int8 with one float32 scale per (layer, head,
-token) row when the item is compressed."""
+are read only for the items a plan attends (`ItemStore.states`), never with the rows;
+packed (states_codec.py) as the item's values are: float16, or int8 when compressed."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 import numpy as np
 
+from hippo_injection.adapters.states_codec import pack_states
 from hippo_injection.domain.memtok.models import Memtok, Packing, Source, Vector
-from hippo_injection.domain.types import MemoryStates
 
 NAMES = (
     "id", "tenant", "user_id", "word", "source_words", "key", "value", "packing", "scale",
@@ -83,57 +81,6 @@ def from_row(row: Sequence[object]) -> Memtok:
         grace_until_us=int(row[21]),  # type: ignore[call-overload]
         resurface_at_us=int(row[22]),  # type: ignore[call-overload]
     )
-
-
-_STATES = struct.Struct("<4sB5H")  # magic, packing, from_layer, layers, heads, tokens, head_dim
-_MAGIC = b"HMS1"
-_PACKINGS = {Packing.FLOAT16: 0, Packing.INT8: 1}
-
-
-def _pack_rows(array: np.ndarray, packing: Packing) -> bytes:
-    if packing is Packing.FLOAT16:
-        return np.ascontiguousarray(array, dtype="<f2").tobytes()
-    rows = np.asarray(array, dtype=np.float32)
-    peak = np.abs(rows).max(axis=-1, keepdims=True)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype("<f4")
-    quantised = np.clip(np.round(rows / scale), -127, 127).astype(np.int8)
-    return bytes(scale.tobytes()) + bytes(quantised.tobytes())
-
-
-def _unpack_rows(
-    blob: memoryview, shape: tuple[int, ...], packing: Packing
-) -> tuple[np.ndarray, int]:
-    """The array of `shape` at the start of `blob` (float16), and the bytes it took."""
-    count = int(np.prod(shape))
-    if packing is Packing.FLOAT16:
-        size = 2 * count
-        return np.frombuffer(blob[:size], dtype="<f2").reshape(shape).astype(np.float16), size
-    rows = count // shape[-1]
-    scale = np.frombuffer(blob[: 4 * rows], dtype="<f4").reshape(*shape[:-1], 1)
-    data = np.frombuffer(blob[4 * rows : 4 * rows + count], dtype=np.int8).reshape(shape)
-    return (data.astype(np.float32) * scale).astype(np.float16), 4 * rows + count
-
-
-def pack_states(states: MemoryStates, packing: Packing) -> bytes:
-    layers, heads, tokens, head_dim = states.keys.shape
-    header = _STATES.pack(
-        _MAGIC, _PACKINGS[packing], states.from_layer, layers, heads, tokens, head_dim
-    )
-    return header + _pack_rows(states.keys, packing) + _pack_rows(states.values, packing)
-
-
-def unpack_states(blob: bytes, model_id: str) -> MemoryStates:
-    view = memoryview(blob)
-    magic, code, from_layer, layers, heads, tokens, head_dim = _STATES.unpack_from(view)
-    if magic != _MAGIC:
-        raise ValueError("not a memory states record")
-    packing = {v: k for k, v in _PACKINGS.items()}[code]
-    at = _STATES.size
-    keys, used = _unpack_rows(view[at:], (layers, heads, tokens, head_dim), packing)
-    values, _ = _unpack_rows(
-        view[at + used :], (layers - from_layer, heads, tokens, head_dim), packing
-    )
-    return MemoryStates(model_id, from_layer, keys, values)
 
 
 def states_rows(items: Sequence[Memtok]) -> list[tuple[bytes, str, str, str]]:

@@ -23,8 +23,8 @@ from hippo_injection.adapters.memtok_rows import (
     from_row,
     states_rows,
     to_row,
-    unpack_states,
 )
+from hippo_injection.adapters.states_codec import unpack_states
 from hippo_injection.domain.memtok.models import Changes, Memtok
 from hippo_injection.domain.types import MemoryStates
 
@@ -175,11 +175,11 @@ class SqliteMemtokStore:
             for chunk in hippo_sqlite.chunks(ids):
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
-                    "SELECT id, model_id, states FROM memtoks WHERE tenant = ? AND user_id = ? "
+                    "SELECT id, states FROM memtoks WHERE tenant = ? AND user_id = ? "
                     f"AND id IN ({marks}) AND states IS NOT NULL",
                     (tenant, user, *chunk),
                 ).fetchall()
-                found.update((str(i), unpack_states(bytes(b), str(m))) for i, m, b in rows)
+                found.update((str(i), unpack_states(bytes(b))) for i, b in rows)
         return found
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
