@@ -19,6 +19,20 @@ Stub = injection_pb2_grpc.InjectionServiceStub
 PROMPT = "The capital of France is"
 
 
+def _foreign_states() -> bytes:
+    """A well-formed states record of another model (18 layers, as Gemma 3 270M)."""
+    import numpy as np
+
+    from hippo_injection.adapters.states_codec import pack_states
+    from hippo_injection.domain.types import MemoryStates
+
+    keys = np.zeros((18, 1, 2, 4), dtype=np.float16)
+    return pack_states(MemoryStates("another-model", 6, keys, keys[6:]))
+
+
+_FOREIGN_STATES = _foreign_states()
+
+
 def _generate(
     stub: Stub, request: pb.GenerateRequest, timeout: float = 60
 ) -> list[pb.GenerateResponse]:
@@ -194,6 +208,14 @@ def test_bad_influence_is_invalid_argument_naming_the_field(
             "attendable.from_layer",
         ),
         (pb.GenerateRequest(messages=[pb.ChatMessage(content="no role")]), "messages[0].role"),
+        (
+            pb.GenerateRequest(prompt="x", attendable=pb.Attendable(states=[b"not states"])),
+            "attendable.states[0]",
+        ),
+        (
+            pb.GenerateRequest(prompt="x", attendable=pb.Attendable(states=[_FOREIGN_STATES])),
+            "attendable.states[0]",
+        ),
     ],
 )
 def test_bad_generate_request_is_invalid_argument(

@@ -13,7 +13,12 @@ import pytest
 from memtok_fakes import close, obs, open_store
 
 from hippo_injection.adapters.engine import TransformersEngine
-from hippo_injection.domain.memtok.pipeline import InfluencePipeline, Mode, PipelineSettings
+from hippo_injection.domain.memtok.pipeline import (
+    InfluencePipeline,
+    Mode,
+    PipelineSettings,
+    Route,
+)
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.store import MemtokStore
 from hippo_injection.domain.types import Positions
@@ -162,3 +167,96 @@ def test_salience_passes_leave_the_model_as_it_was(tiny_engine: TransformersEngi
     tiny_engine.span_attention(ids, [(1, 3)], (3, 5), 2)
     assert tiny_engine.score(ids, cont, [], Attendable()) == before  # bit-identical
     assert tiny_engine.model.config._attn_implementation == "sdpa"
+
+
+# -- the attend route (issue 20) ----------------------------------------------------------
+
+
+@pytest.fixture
+def attending(
+    tmp_path: Path, engine_url: str, tiny_engine: TransformersEngine
+) -> Iterator[MemtokStore]:
+    """A store that keeps each item's states, made by the tiny model itself."""
+    from memtok_fakes import FakeValues
+
+    from hippo_injection.domain.memtok.values import EngineStates
+
+    values = FakeValues("tiny-gemma3", layer=1, hidden=tiny_engine.info.hidden_size)
+    s = open_store(
+        tmp_path,
+        Policy(min_rank=0.0, min_similarity=0.35),
+        values,
+        url=engine_url,
+        attend=EngineStates(tiny_engine, 1),  # type: ignore[arg-type]
+    )
+    yield s
+    close(s)
+
+
+def test_the_attend_route_attaches_the_winners_stored_states(
+    tiny_engine: TransformersEngine, attending: MemtokStore
+) -> None:
+    attending.admit("t", "u", [obs("cat", context="the"), obs("mat", context="on the")], T0)
+    attending.admit("t", "u", [obs("dog", context="a")], T0)
+    plan = _pipeline(tiny_engine, attending, route=Route.ATTEND).plan("t", "u", QUERY, T0, Mode.ON)
+    assert plan.influences == []  # no residual influence on this route
+    assert plan.attendable is not None and plan.attendable.from_layer == 1
+    body = plan.audit_body()
+    applied = body["influences"]
+    assert isinstance(applied, list) and len(applied) == 2
+    stored = attending.items.states("t", "u", [a["memtok_id"] for a in applied])
+    assert len(plan.attendable.states) == len(applied)
+    for entry, states in zip(applied, plan.attendable.states, strict=True):
+        assert entry["route"] == "attend" and entry["layer"] == 1
+        assert entry["tokens"] == states.tokens
+        assert np.array_equal(states.keys, stored[entry["memtok_id"]].keys)
+    # Through PlanInfluenceResponse and back as Generate's `attendable` (the gateway
+    # passes it on untouched): the very same states.
+    from hippo_injection import convert
+
+    wire = convert.plan_response(plan).attendable
+    back = convert._attendable(wire)
+    assert back.from_layer == 1 and len(back.states) == len(plan.attendable.states)
+    for sent, got in zip(plan.attendable.states, back.states, strict=True):
+        assert np.array_equal(sent.keys, got.keys) and np.array_equal(sent.values, got.values)
+    # Disclosed only: the same choice, nothing attached.
+    shown = _pipeline(tiny_engine, attending, route=Route.ATTEND).plan(
+        "t", "u", QUERY, T0, Mode.DISCLOSE_ONLY
+    )
+    assert [a.memtok_id for a in shown.applied] == [a["memtok_id"] for a in applied]
+    assert shown.attendable is None and shown.influences == []
+
+
+def test_the_attend_route_caps_tokens(
+    tiny_engine: TransformersEngine, attending: MemtokStore
+) -> None:
+    attending.admit("t", "u", [obs("cat", context="the"), obs("mat", context="on the")], T0)
+    tight = _pipeline(tiny_engine, attending, route=Route.ATTEND, attend_tokens=3)
+    plan = tight.plan("t", "u", QUERY, T0, Mode.ON)
+    assert len(plan.applied) == 1 and plan.attendable is not None
+    assert sum(s.tokens for s in plan.attendable.states) <= 3
+    assert [s["reason"] for s in plan.skipped] == ["over_attend_tokens"]
+
+
+def test_items_stored_before_states_were_kept_are_skipped_not_attended(
+    tmp_path: Path, engine_url: str, tiny_engine: TransformersEngine
+) -> None:
+    from memtok_fakes import FakeValues
+
+    from hippo_injection.domain.memtok.values import EngineStates
+
+    values = FakeValues("tiny-gemma3", layer=1, hidden=tiny_engine.info.hidden_size)
+    policy = Policy(min_rank=0.0, min_similarity=0.35)
+    plain = open_store(tmp_path, policy, values, url=engine_url)
+    plain.admit("t", "u", [obs("cat", context="the")], T0)
+    close(plain)
+    s = open_store(tmp_path, policy, values, url=engine_url, attend=EngineStates(tiny_engine, 1))  # type: ignore[arg-type]
+    try:
+        plan = _pipeline(tiny_engine, s, route=Route.ATTEND).plan("t", "u", QUERY, T0, Mode.ON)
+        assert plan.applied == [] and plan.attendable is None
+        assert [x["reason"] for x in plan.skipped] == ["no_states"]
+        assert s.rebuild() == 1  # `hippo memtok rebuild` computes them
+        again = _pipeline(tiny_engine, s, route=Route.ATTEND).plan("t", "u", QUERY, T0, Mode.ON)
+        assert again.attendable is not None and len(again.attendable.states) == 1
+    finally:
+        close(s)

@@ -14,7 +14,12 @@ from hippo_core.server.authz import OPERATOR, callers
 from hippo_injection.adapters.memtok_keys import EdgeKeyIndex
 from hippo_injection.adapters.memtok_sqlite import SqliteMemtokStore
 from hippo_injection.domain.engine import Engine
-from hippo_injection.domain.memtok.pipeline import InfluencePipeline, PipelineSettings, Weights
+from hippo_injection.domain.memtok.pipeline import (
+    InfluencePipeline,
+    PipelineSettings,
+    Route,
+    Weights,
+)
 from hippo_injection.domain.memtok.policy import Policy
 from hippo_injection.domain.memtok.ports import Embedder, ItemStore, ReplyBuffer
 from hippo_injection.domain.memtok.store import MemtokStore
@@ -124,6 +129,8 @@ def pipeline_settings(s: InjectionSettings) -> PipelineSettings:
         weights=Weights(
             s.influence_weight_salience, s.influence_weight_similarity, s.influence_weight_llm2
         ),
+        route=Route(s.influence_route),
+        attend_tokens=s.influence_attend_tokens,
     )
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from hippo.injection.v1 import injection_pb2 as pb
 from hippo_core.errors import InvalidArgument
+from hippo_injection.adapters.states_codec import pack_states, unpack_states
 from hippo_injection.domain import prompt as prompt_format
 from hippo_injection.domain.memtok.models import WriteReport
 from hippo_injection.domain.memtok.pipeline import Mode, Plan
@@ -88,7 +89,22 @@ def _influences(items: Iterable[pb.Influence]) -> tuple[Influence, ...]:
 
 
 def _attendable(item: pb.Attendable) -> Attendable:
-    return Attendable(tuple(item.texts), item.from_layer, item.value_scale or 1.0)
+    states = []
+    for i, record in enumerate(item.states):
+        try:
+            states.append(unpack_states(record))
+        except ValueError as e:
+            raise InvalidArgument(f"attendable.states[{i}]", str(e)) from None
+    return Attendable(tuple(item.texts), item.from_layer, item.value_scale or 1.0, tuple(states))
+
+
+def attendable_message(item: Attendable) -> pb.Attendable:
+    """A plan's attendable memories for PlanInfluenceResponse (float16 records)."""
+    return pb.Attendable(
+        from_layer=item.from_layer,
+        value_scale=item.value_scale,
+        states=[pack_states(s) for s in item.states],
+    )
 
 
 def _sampling(item: pb.Sampling) -> Sampling:
@@ -246,6 +262,7 @@ def plan_response(plan: Plan) -> pb.PlanInfluenceResponse:
         ],
         audit_json=json.dumps(plan.audit_body(), sort_keys=True),
         private_json=json.dumps(plan.private_body(), sort_keys=True),
+        attendable=attendable_message(plan.attendable) if plan.attendable else None,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from hippo_core.settings import DatabaseSettings, ServiceSettings
@@ -245,6 +245,19 @@ class InjectionSettings(ServiceSettings):
         16, ge=1, description="Candidates kept after LLM2 and the merge (the best merged)."
     )
     influence_max_inject: int = Field(4, ge=0, le=256, description="Most items applied per query.")
+    influence_route: Literal["residual", "attend"] = Field(
+        "residual",
+        description="How mode ON applies the chosen memtoks. residual: their value vectors "
+        "added at memtok_layer (the default). attend: their stored key/value states, which "
+        "the prompt attends before its own tokens (needs memtok_attend_layer >= 0; issue "
+        "20, docs/memtok.md).",
+    )
+    influence_attend_tokens: int = Field(
+        256,
+        ge=1,
+        le=4096,
+        description="attend route: most positions of all the attended memtoks together.",
+    )
     influence_select_share: float = Field(
         0.3,
         gt=0,
@@ -260,3 +273,12 @@ class InjectionSettings(ServiceSettings):
     influence_weight_llm2: float = Field(
         0.25, ge=0, description="Merge weight of LLM2's attention to the item's words."
     )
+
+    @model_validator(mode="after")
+    def _attend_needs_states(self) -> InjectionSettings:
+        if self.influence_route == "attend" and self.memtok_attend_layer < 0:
+            raise ValueError(
+                "influence_route=attend needs memtok_attend_layer >= 0: the store keeps "
+                "the states it attends"
+            )
+        return self

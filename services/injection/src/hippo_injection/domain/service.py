@@ -80,7 +80,9 @@ class InjectionService:
 
     def _check_influence(self, influences: Sequence[Influence], attendable: Attendable) -> None:
         validation.influences(influences, self.info, self.limits)
-        memory_tokens = sum(1 + len(self.engine.tokenize(t)) for t in attendable.texts)
+        memory_tokens = sum(1 + len(self.engine.tokenize(t)) for t in attendable.texts) + sum(
+            s.tokens for s in attendable.states
+        )
         validation.attendable(attendable, memory_tokens, self.info, self.limits)
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[Generated, None]:

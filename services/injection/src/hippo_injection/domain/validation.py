@@ -68,15 +68,26 @@ def influences(items: Sequence[Influence], info: ModelInfo, limits: Limits) -> N
 
 
 def attendable(item: Attendable, memory_tokens: int, info: ModelInfo, limits: Limits) -> None:
-    if len(item.texts) > limits.max_memories:
-        raise InvalidArgument(
-            "attendable.texts", f"at most {limits.max_memories} memories, got {len(item.texts)}"
-        )
+    """`memory_tokens`: of the texts and the states together (each text's <bos> too)."""
+    count = len(item.texts) + len(item.states)
+    if count > limits.max_memories:
+        field = "attendable.texts" if item.texts else "attendable.states"
+        raise InvalidArgument(field, f"at most {limits.max_memories} memories, got {count}")
     for i, text in enumerate(item.texts):
         nonempty(f"attendable.texts[{i}]", text)
+    for i, states in enumerate(item.states):
+        field = f"attendable.states[{i}]"
+        if states.model_id != info.model:
+            raise InvalidArgument(
+                field, f"states of model {states.model_id!r}; this service runs {info.model!r}"
+            )
+        if states.keys.shape[0] != info.layers:
+            raise InvalidArgument(
+                field, f"states of {states.keys.shape[0]} layers; the model has {info.layers}"
+            )
     if memory_tokens > limits.max_memory_tokens:
         raise InvalidArgument(
-            "attendable.texts",
+            "attendable.texts" if item.texts else "attendable.states",
             f"at most {limits.max_memory_tokens} tokens in all, got {memory_tokens}",
         )
     layer("attendable.from_layer", item.from_layer, info)

@@ -66,16 +66,18 @@ class PlanInfluenceRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., query: _Optional[str] = ..., mode: _Optional[_Union[InfluenceMode, str]] = ..., time_us: _Optional[int] = ...) -> None: ...
 
 class PlanInfluenceResponse(_message.Message):
-    __slots__ = ("mode", "influences", "audit_json", "private_json")
+    __slots__ = ("mode", "influences", "audit_json", "private_json", "attendable")
     MODE_FIELD_NUMBER: _ClassVar[int]
     INFLUENCES_FIELD_NUMBER: _ClassVar[int]
     AUDIT_JSON_FIELD_NUMBER: _ClassVar[int]
     PRIVATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTENDABLE_FIELD_NUMBER: _ClassVar[int]
     mode: InfluenceMode
     influences: _containers.RepeatedCompositeFieldContainer[Influence]
     audit_json: str
     private_json: str
-    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ..., influences: _Optional[_Iterable[_Union[Influence, _Mapping]]] = ..., audit_json: _Optional[str] = ..., private_json: _Optional[str] = ...) -> None: ...
+    attendable: Attendable
+    def __init__(self, mode: _Optional[_Union[InfluenceMode, str]] = ..., influences: _Optional[_Iterable[_Union[Influence, _Mapping]]] = ..., audit_json: _Optional[str] = ..., private_json: _Optional[str] = ..., attendable: _Optional[_Union[Attendable, _Mapping]] = ...) -> None: ...
 
 class WriteMemtoksRequest(_message.Message):
     __slots__ = ("tenant", "user_id", "query", "reply", "time_us")
@@ -156,14 +158,16 @@ class Influence(_message.Message):
     def __init__(self, vector: _Optional[bytes] = ..., layer: _Optional[int] = ..., strength: _Optional[float] = ..., positions: _Optional[_Union[Positions, str]] = ...) -> None: ...
 
 class Attendable(_message.Message):
-    __slots__ = ("texts", "from_layer", "value_scale")
+    __slots__ = ("texts", "from_layer", "value_scale", "states")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     FROM_LAYER_FIELD_NUMBER: _ClassVar[int]
     VALUE_SCALE_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
     from_layer: int
     value_scale: float
-    def __init__(self, texts: _Optional[_Iterable[str]] = ..., from_layer: _Optional[int] = ..., value_scale: _Optional[float] = ...) -> None: ...
+    states: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., from_layer: _Optional[int] = ..., value_scale: _Optional[float] = ..., states: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Sampling(_message.Message):
     __slots__ = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "seed")

@@ -6,7 +6,10 @@
    candidate by the attention the query pays to its source words;
 4. salience (the item's highest LLM1 rank), similarity and LLM2 are merged with weights;
 5. the winners' value vectors get strength = capped count x time decay x similarity,
-   zero below the minimum similarity (a thin store injects nothing).
+   zero below the minimum similarity (a thin store injects nothing); or, with the
+   `attend` route, the winners' stored key/value states are attended instead (issue 20:
+   the memory as positions the prompt reads, computed once when the item was stored),
+   within a cap on their total tokens.
 
 After the reply: the query's words are ranked and written, the reply's wait in the
 buffer. Every step is recorded in `Plan` / `WriteReport`, whose audit bodies are what the
@@ -23,7 +26,7 @@ from hippo_injection.domain.memtok import policy as rules
 from hippo_injection.domain.memtok import salience
 from hippo_injection.domain.memtok.models import Source, WriteReport
 from hippo_injection.domain.memtok.store import MemtokStore
-from hippo_injection.domain.types import Influence, Positions
+from hippo_injection.domain.types import Attendable, Influence, MemoryStates, Positions
 
 
 class Mode(StrEnum):
@@ -43,6 +46,11 @@ class Weights:
     llm2: float = 0.25
 
 
+class Route(StrEnum):
+    RESIDUAL = "residual"  # the winners' value vectors added to the residual stream
+    ATTEND = "attend"  # the winners' stored states attended before the prompt
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     layer: int = 3  # the sweep's best safe residual layer
@@ -52,6 +60,8 @@ class PipelineSettings:
     max_inject: int = 4  # winners applied at most
     select_share: float = 0.3  # share of the query's words selected by LLM1
     weights: Weights = field(default_factory=Weights)
+    route: Route = Route.RESIDUAL
+    attend_tokens: int = 256  # the attended states' tokens, all winners together
 
 
 @dataclass(frozen=True)
@@ -63,8 +73,10 @@ class Applied:
     strength: float
     count: int
 
+    tokens: int = 0  # attended: the states' positions (0: a residual influence)
+
     def body(self, layer: int) -> dict[str, object]:
-        return {
+        body: dict[str, object] = {
             "memtok_id": self.memtok_id,
             "layer": layer,
             "strength": round(self.strength, 6),
@@ -72,6 +84,9 @@ class Applied:
             "merged_score": round(self.merged, 4),
             "count": self.count,
         }
+        if self.tokens:
+            body["route"], body["tokens"] = Route.ATTEND.value, self.tokens
+        return body
 
 
 @dataclass
@@ -86,6 +101,8 @@ class Plan:
     skipped: list[dict[str, object]] = field(default_factory=list)
     promoted: WriteReport = field(default_factory=WriteReport)
     influences: list[Influence] = field(default_factory=list)  # empty unless mode ON
+    # The attend route's winners' states (None unless mode ON and that route).
+    attendable: Attendable | None = None
     # LLM2's kept candidates, best merged score first: (memtok id, salience, similarity,
     # LLM2 score, merged). For measurement (bench/influence_eval.py), not the audit log.
     ranked: list[tuple[str, float, float, float, float]] = field(default_factory=list)
@@ -133,7 +150,9 @@ class InfluencePipeline:
 
     def plan(self, tenant: str, user: str, query: str, now_us: int, mode: Mode) -> Plan:
         s = self.settings
-        plan = Plan(mode, s.layer)
+        attend = self.store.attend
+        layer = attend.from_layer if s.route is Route.ATTEND and attend is not None else s.layer
+        plan = Plan(mode, layer)
         if mode is Mode.OFF:
             return plan  # nothing is selected, nothing is written into the plan
         plan.promoted = self.store.promote(tenant, user, query, now_us)
@@ -166,6 +185,9 @@ class InfluencePipeline:
         plan.ranked = [(hits[i][0].id, sal[i], hits[i][1], l2[i], merged[i]) for i in order]
         merged = [merged[i] for i in order]
         ranked = list(range(len(kept)))
+        attending = s.route is Route.ATTEND
+        stored = self._states(tenant, user, [item.id for item, _, _ in kept]) if attending else {}
+        attended: list[MemoryStates] = []
         for i in ranked:
             item, similarity, _ = kept[i]
             strength = rules.strength(item, similarity, now_us, self.policy)
@@ -178,12 +200,29 @@ class InfluencePipeline:
             if len(plan.applied) >= s.max_inject:
                 plan.skipped.append({"memtok_id": item.id, "reason": "over_max_inject"})
                 continue
+            states = stored.get(item.id)
+            tokens = 0
+            if attending:
+                if states is None:  # stored before states were kept: `hippo memtok rebuild`
+                    plan.skipped.append({"memtok_id": item.id, "reason": "no_states"})
+                    continue
+                tokens = states.tokens
+                if sum(a.tokens for a in plan.applied) + tokens > s.attend_tokens:
+                    plan.skipped.append({"memtok_id": item.id, "reason": "over_attend_tokens"})
+                    continue
             plan.applied.append(
-                Applied(item.id, item.word, similarity, merged[i], strength, item.count)
+                Applied(item.id, item.word, similarity, merged[i], strength, item.count, tokens)
             )
-            if mode is Mode.ON:
+            if mode is Mode.ON and states is not None:
+                attended.append(states)
+            elif mode is Mode.ON:
                 plan.influences.append(Influence(item.value, s.layer, strength, Positions.ALL))
+        if attended:
+            plan.attendable = Attendable(from_layer=attended[0].from_layer, states=tuple(attended))
         return plan
+
+    def _states(self, tenant: str, user: str, ids: list[str]) -> dict[str, MemoryStates]:
+        return self.store.items.states(tenant, user, ids)
 
     def _llm2(self, query: str, sources: list[str]) -> list[float]:
         """Attention the query pays to each candidate's source words, up to the middle
