@@ -37,6 +37,10 @@ BODY = {
     "writes": [],
 }
 PRIVATE = {"selected": ["Ingrid", "order"], "words": {"k1": "satay"}, "promoted": []}
+ATTENDED = {
+    "memtok_id": "k1", "layer": 6, "strength": 0.05, "similarity": 0.91,
+    "route": "attend", "tokens": 7,
+}  # fmt: skip
 
 
 class Recorder:
@@ -78,15 +82,21 @@ class Llm:
 
 
 class Influencer(Llm):
-    def __init__(self, mode: str | None = "on", fail: bool = False) -> None:
+    def __init__(self, mode: str | None = "on", fail: bool = False, attend: bool = False) -> None:
         super().__init__([" influenced"])
+        self.attend = attend  # plans on the attend route: stored states, no vectors
         self.recorded_mode = mode
         self.fail = fail
         self.asked: list[str | None] = []
         self.writes: list[tuple[str, str]] = []
+        self.streamed: list[InfluencePlan] = []
 
     async def plan(self, tenant: str, user: str, query: str, mode: str | None) -> InfluencePlan:
         self.asked.append(mode)
+        if self.attend:
+            chosen = mode or self.recorded_mode or "off"
+            body = {**BODY, "influence_mode": chosen, "influences": [ATTENDED]}
+            return InfluencePlan(chosen, body, PRIVATE, (), b"states" if chosen == "on" else b"")
         if self.fail:
             raise FailedPrecondition("injection: this deployment has no memtok store")
         chosen = mode or self.recorded_mode or "off"
@@ -99,7 +109,8 @@ class Influencer(Llm):
     async def stream(  # type: ignore[override]
         self, prompt: str, params: Generation, plan: InfluencePlan
     ) -> AsyncIterator[Piece]:
-        assert plan.influences
+        assert plan.applies
+        self.streamed.append(plan)
         async for piece in super().stream(prompt, params):
             yield piece
 
@@ -205,6 +216,26 @@ async def test_no_store_is_off_by_default_and_an_error_when_asked() -> None:
         await run(bare, Influence.ON)
 
 
+@pytest.mark.parametrize("mode", ["on", "disclose_only"])
+async def test_the_attend_route_generates_with_the_plans_states_and_says_so(mode: str) -> None:
+    """A plan with stored states and no vectors is still an influenced generation (the
+    states go to Generate untouched); the note names the memories attended."""
+    influencer = Influencer(mode, attend=True)
+    service, _, llm = chat(influencer)
+    events = await run(service, Influence.DEFAULT)
+    note = events[0].note
+    if mode == "on":
+        assert reply(events) == " influenced" and llm.prompts == []
+        assert [p.attendable for p in influencer.streamed] == [b"states"]
+        assert note.splitlines()[-1] == "Memories attended: k1 (from layer 6, 7 tokens)."
+    else:
+        assert reply(events) == " plain reply" and influencer.streamed == []
+        assert (
+            note.splitlines()[-1] == "Memories selected, not attended: k1 (from layer 6, 7 tokens)."
+        )
+    assert "Influence applied" not in note
+
+
 def test_the_note_shows_small_strengths() -> None:
     applied = [{"memtok_id": "k", "layer": 3, "strength": 0.0047}]
     body = {"influence_mode": "on", "influences": applied}
@@ -220,3 +251,48 @@ async def test_a_tenant_at_its_stored_turn_quota_is_refused_before_generating() 
     with pytest.raises(ResourceExhausted):
         await run(service, Influence.DEFAULT)
     assert llm.prompts == [] and recorder.events == []
+
+
+async def test_the_grpc_influencer_passes_the_plans_states_to_generate_untouched() -> None:
+    """The adapter over a loopback gRPC server standing in for the injection service:
+    PlanInfluenceResponse.attendable comes back byte for byte in GenerateRequest."""
+    import grpc
+
+    from hippo.injection.v1 import injection_pb2 as ipb
+    from hippo.injection.v1 import injection_pb2_grpc
+    from hippo_gateway.adapters.influence_client import GrpcInfluencer
+
+    attendable = ipb.Attendable(from_layer=6, states=[b"record-1", b"record-2"])
+    received: list[ipb.GenerateRequest] = []
+
+    class Injection(injection_pb2_grpc.InjectionServiceServicer):
+        async def PlanInfluence(self, request: Any, context: Any) -> ipb.PlanInfluenceResponse:
+            return ipb.PlanInfluenceResponse(
+                mode=ipb.INFLUENCE_MODE_ON,
+                audit_json='{"influence_mode": "on", "influences": []}',
+                attendable=attendable,
+            )
+
+        async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
+            received.append(request)
+            yield ipb.GenerateResponse(
+                token=ipb.Token(text="ok"),
+                finish=ipb.Finish(reason=ipb.FINISH_REASON_EOS_TOKEN, generated_tokens=1),
+            )
+
+    server = grpc.aio.server()
+    injection_pb2_grpc.add_InjectionServiceServicer_to_server(Injection(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            influencer = GrpcInfluencer(channel, 5.0)
+            plan = await influencer.plan("t", "u", "query", "on")
+            assert plan.applies and plan.influences == ()
+            pieces = [p async for p in influencer.stream("prompt", Generation(), plan)]
+            assert [p.text for p in pieces] == ["ok"]
+            none = InfluencePlan("on", {}, {}, ())
+            assert not none.applies
+    finally:
+        await server.stop(None)
+    assert received[0].attendable == attendable

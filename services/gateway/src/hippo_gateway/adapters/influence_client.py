@@ -45,11 +45,13 @@ class GrpcInfluencer:
         async with calling("injection"):
             reply = await self._stub.PlanInfluence(request, timeout=self._timeout)
         influences = tuple((i.vector, int(i.layer), float(i.strength)) for i in reply.influences)
+        attendable = reply.attendable.SerializeToString() if reply.HasField("attendable") else b""
         return InfluencePlan(
             _NAMES.get(reply.mode, "off"),
             json.loads(reply.audit_json),
             json.loads(reply.private_json or "{}"),
             influences,
+            attendable,
         )
 
     async def stream(
@@ -71,6 +73,7 @@ class GrpcInfluencer:
                 pb.Influence(vector=v, layer=layer, strength=s, positions=pb.POSITIONS_ALL)
                 for v, layer, s in plan.influences
             ],
+            attendable=pb.Attendable.FromString(plan.attendable) if plan.attendable else None,
         )
         async with calling("injection"):
             async for item in self._stub.Generate(request, timeout=self._timeout):

@@ -160,7 +160,7 @@ class ChatService:
         yield Started(context, disclosed.note)
         pieces: list[str] = []
         finish, generated = "", 0
-        if plan is not None and mode == Influence.ON and plan.influences:
+        if plan is not None and mode == Influence.ON and plan.applies:
             stream = self._influencer.stream(context.prompt, generation, plan)  # type: ignore[union-attr]
         else:  # nothing to apply: the plain model, exactly as with influence off
             stream = self._llm.stream(context.prompt, generation)

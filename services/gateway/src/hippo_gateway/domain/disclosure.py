@@ -130,8 +130,19 @@ def _influences(body: Mapping[str, Any]) -> list[str]:
     if not applied:
         return [*lines, "Influence: none selected (nothing passed the minimum similarity)."]
     verb = "selected, not applied" if mode == "disclose_only" else "applied"
-    parts = ", ".join(
-        f"{a['memtok_id']} (layer {a['layer']}, strength {_strength(float(a['strength']))})"
-        for a in applied
-    )
-    return [*lines, f"Influence {verb}: {parts}."]
+    residual = [a for a in applied if a.get("route") != "attend"]
+    attended = [a for a in applied if a.get("route") == "attend"]
+    if residual:
+        parts = ", ".join(
+            f"{a['memtok_id']} (layer {a['layer']}, strength {_strength(float(a['strength']))})"
+            for a in residual
+        )
+        lines.append(f"Influence {verb}: {parts}.")
+    if attended:
+        # Attended: the memtoks' stored states, read by the prompt before its own tokens.
+        verb = "selected, not attended" if mode == "disclose_only" else "attended"
+        parts = ", ".join(
+            f"{a['memtok_id']} (from layer {a['layer']}, {a['tokens']} tokens)" for a in attended
+        )
+        lines.append(f"Memories {verb}: {parts}.")
+    return lines

@@ -295,3 +295,11 @@ class InfluencePlan:
     body: Mapping[str, Any]  # ids and numbers: the audit entry's public body
     private: Mapping[str, Any] = field(default_factory=dict)  # the words: sealed per user
     influences: tuple[tuple[bytes, int, float], ...] = ()
+    # The memtoks to attend (the attend route): the injection service's own encoding of
+    # them, passed back to it untouched with the generation. Empty unless mode "on".
+    attendable: bytes = b""
+
+    @property
+    def applies(self) -> bool:
+        """Whether generating with this plan differs from the plain model."""
+        return bool(self.influences or self.attendable)
