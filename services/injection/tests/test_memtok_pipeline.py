@@ -260,3 +260,14 @@ def test_items_stored_before_states_were_kept_are_skipped_not_attended(
         assert again.attendable is not None and len(again.attendable.states) == 1
     finally:
         close(s)
+
+
+def test_the_attend_route_needs_the_store_to_keep_states() -> None:
+    from pydantic import ValidationError
+
+    from hippo_injection.settings import InjectionSettings
+
+    with pytest.raises(ValidationError, match="memtok_attend_layer"):
+        InjectionSettings(influence_route="attend")
+    chosen = InjectionSettings(influence_route="attend", memtok_attend_layer=6)
+    assert chosen.influence_route == "attend"

@@ -141,8 +141,8 @@ class InjectionSettings(ServiceSettings):
         le=255,
         description="Keep each new memtok's attendable key/value states (its source words "
         "as the model read them), values from this layer up (the sweep's best: 6), for "
-        "influence by attention (issue 20, in progress: the states are stored, not yet "
-        "applied by the pipeline). -1: off (the default), nothing is computed or stored. "
+        "influence by attention (influence_route=attend; docs/memtok.md). -1: off (the "
+        "default), nothing is computed or stored. "
         "Changing it makes the store refuse to open until `hippo memtok rebuild`; about "
         "15 KiB per token of a memtok's source words (docs/memtok.md).",
     )
