@@ -14,7 +14,10 @@ In process, real models: Gemma 3 270M (LLM1, LLM2, value vectors) and all-MiniLM
 4. Weights tuned on the even-numbered probes (grid), measured on the odd-numbered ones.
 5. Zero vs on: log p and greedy exact match of each probe's answer with the influences
    the pipeline chose (mode ON) vs none; damage on the neutral questions (the pipeline
-   runs on them too); the pipeline's latency per query.
+   runs on them too); the pipeline's latency per query. The routes side by side (issue
+   20): zero, residual (value vectors), attend (the same pipeline's winners, their
+   stored states attended: --attend-layer), and text (their source words quoted before
+   the question).
 6. Growth and store behaviour: LoCoMo operator turns are written as distractors into the
    same user's store; recall@10 after each quarter; admissions, merges, rejections per
    1,000 operator turns.
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,9 @@ def main() -> None:
     parser.add_argument("--locomo", type=int, default=40, help="LoCoMo operator turns (growth)")
     parser.add_argument("--growth-probes", type=int, default=20)
     parser.add_argument("--neutral", type=int, default=20)
+    parser.add_argument(
+        "--attend-layer", type=int, default=6, help="attend arm: values from this layer up"
+    )
     args = parser.parse_args()
 
     import torch
@@ -105,7 +112,12 @@ def main() -> None:
     from hippo_injection.__main__ import open_store
     from hippo_injection.adapters import loader
     from hippo_injection.adapters.engine import TransformersEngine
-    from hippo_injection.domain.memtok.pipeline import InfluencePipeline, Mode, PipelineSettings
+    from hippo_injection.domain.memtok.pipeline import (
+        InfluencePipeline,
+        Mode,
+        PipelineSettings,
+        Route,
+    )
     from hippo_injection.domain.memtok.policy import Policy
     from hippo_injection.settings import InjectionSettings
 
@@ -118,7 +130,8 @@ def main() -> None:
     facts = load_jsonl(DATA / "injection_facts.jsonl")[: args.facts]
     neutral = load_jsonl(DATA / "injection_neutral.jsonl")[: args.neutral]
     workdir = Path(tempfile.mkdtemp(prefix="influence-eval-"))
-    settings = InjectionSettings(data_dir=str(workdir))
+    # The store keeps each item's attendable states too (the attend arm of step 5).
+    settings = InjectionSettings(data_dir=str(workdir), memtok_attend_layer=args.attend_layer)
     store = open_store(settings, engine, embedder)
     defaults = PipelineSettings()
     # LLM2 scores the whole shortlist here, so every ordering can be measured offline.
@@ -206,14 +219,56 @@ def main() -> None:
     }
     print("tuning", json.dumps(results["tuning"]))
 
-    # 5. zero vs on
-    def answer_score(question: str, answer: str, influences: Sequence[Any]) -> tuple[float, bool]:
-        ids = [engine.bos_id, *engine.tokenize(f"Question: {question}\nAnswer:")]
+    # 5. zero vs on, and the routes side by side: the residual influences (today), the
+    # same pipeline's winners attended from their stored states (issue 20), and their
+    # source words quoted as text before the question.
+    def answer_score(
+        question: str, answer: str, influences: Sequence[Any], attend: Any = None, quoted: str = ""
+    ) -> tuple[float, bool]:
+        head = f"{quoted}\n" if quoted else ""
+        ids = [engine.bos_id, *engine.tokenize(f"{head}Question: {question}\nAnswer:")]
         cont = engine.tokenize(" " + answer)
-        logprobs, greedy = engine.score(ids, cont, influences, _no_attend())
+        logprobs, greedy = engine.score(ids, cont, influences, attend or _no_attend())
         return float(sum(logprobs)), greedy
 
     on_pipeline = InfluencePipeline(engine, store, defaults)
+    attend_pipeline = InfluencePipeline(engine, store, replace(defaults, route=Route.ATTEND))
+
+    def arms(question: str, answer: str) -> dict[str, tuple[float, bool, int]]:
+        """log p, greedy match and memories used, per arm, for one question."""
+        residual = on_pipeline.plan("t", "u", question, t, Mode.ON)
+        attended = attend_pipeline.plan("t", "u", question, t, Mode.ON)
+        chosen = store.items.get("t", "u", [a.memtok_id for a in attended.applied])
+        quoted = "\n".join(m.source_words for m in chosen)
+        n = len(attended.applied)
+        out = {"zero": (*answer_score(question, answer, []), 0)}
+        out["residual"] = (
+            *answer_score(question, answer, residual.influences),
+            len(residual.influences),
+        )
+        out["attend"] = (*answer_score(question, answer, [], attended.attendable), n)
+        out["text"] = (*answer_score(question, answer, [], quoted=quoted), n)
+        return out
+
+    per_fact = [arms(f["question"], f["answer"]) for f in facts]
+    per_neutral = [arms(q["question"], q["answer"]) for q in neutral]
+    results["routes"] = {
+        arm: {
+            "gain_nats_mean": statistics.mean(r[arm][0] - r["zero"][0] for r in per_fact),
+            "exact_match": statistics.mean(float(r[arm][1]) for r in per_fact),
+            "memories_per_probe": statistics.mean(r[arm][2] for r in per_fact),
+            "neutral_damage_nats_mean": statistics.mean(
+                r["zero"][0] - r[arm][0] for r in per_neutral
+            )
+            if per_neutral
+            else 0.0,
+            "neutral_match": statistics.mean(float(r[arm][1]) for r in per_neutral)
+            if per_neutral
+            else 0.0,
+        }
+        for arm in ("zero", "residual", "attend", "text")
+    }
+    print("routes", json.dumps(results["routes"]))
     gains, matches_on, matches_zero, applied_n, latency = [], 0, 0, [], []
     for f in facts:
         began = time.perf_counter()
@@ -326,6 +381,16 @@ def print_table(r: dict[str, Any]) -> None:
     print("\n| scores | clean recall@10 | hard recall@10 |\n|---|---|---|")
     for label, v in r["ablation_recall@10"].items():
         print(f"| {label} | {v['clean']:.2f} | {v['hard']:.2f} |")
+    print(
+        "\n| route (step 5) | gain nats | exact match | memories/probe | neutral damage nats "
+        "| neutral match |\n|---|---|---|---|---|---|"
+    )
+    for arm, v in r["routes"].items():
+        print(
+            f"| {arm} | {v['gain_nats_mean']:+.2f} | {v['exact_match']:.0%} | "
+            f"{v['memories_per_probe']:.1f} | {v['neutral_damage_nats_mean']:+.2f} | "
+            f"{v['neutral_match']:.0%} |"
+        )
     z = r["zero_vs_on"]
     print(
         f"\nzero vs on: gain {z['gain_nats_mean']:+.2f} nats, exact match "
