@@ -375,8 +375,9 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
         assert ended == [a["memtok_id"] for a in plan["influences"]]  # ChatEnd says the same
         for applied in plan["influences"]:  # the note names exactly what the entry applied
             assert applied["memtok_id"] in note
-        if plan["influences"]:
-            assert "Influence applied: " in note
+        if plan["influences"]:  # the default route: the memtoks' stored states attended
+            assert "Memories attended: " in note
+            assert all(a["route"] == "attend" for a in plan["influences"])
         # The words are in the sealed per-user part, which the user's own read decrypts.
         public = {k: v for k, v in plan.items() if k != "private"}
         assert "Ingrid" not in str(public) and "Ingrid" in plan["private"]["selected"]
@@ -388,7 +389,7 @@ def test_chat_with_influence_on_runs_the_memtok_pipeline(cluster: LocalCluster) 
         assert "influence for local/influence-user: disclose_only" in result.stdout
         again = chat("What should I never order for Ingrid?", pb.INFLUENCE_MODE_UNSPECIFIED)
         assert "Influence search:" in again[0].start.disclosure_note
-        assert "Influence applied" not in again[0].start.disclosure_note
+        assert "Memories attended: " not in again[0].start.disclosure_note
     finally:
         for channel in channels:
             channel.close()

@@ -268,6 +268,7 @@ def test_the_attend_route_needs_the_store_to_keep_states() -> None:
     from hippo_injection.settings import InjectionSettings
 
     with pytest.raises(ValidationError, match="memtok_attend_layer"):
-        InjectionSettings(influence_route="attend")
-    chosen = InjectionSettings(influence_route="attend", memtok_attend_layer=6)
-    assert chosen.influence_route == "attend"
+        InjectionSettings(influence_route="attend", memtok_attend_layer=-1)
+    chosen = InjectionSettings()  # the defaults: attend, from layer 6
+    assert (chosen.influence_route, chosen.memtok_attend_layer) == ("attend", 6)
+    assert InjectionSettings(influence_route="residual", memtok_attend_layer=-1)

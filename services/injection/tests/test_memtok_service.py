@@ -31,11 +31,13 @@ FACT = "My daughter Ingrid is allergic to peanuts, so never order satay for her.
 QUERY = "What should I never order for Ingrid?"
 
 
-@pytest.fixture
+@pytest.fixture(params=["residual", "attend"])
 async def services(
-    engine: TransformersEngine, tmp_path: Path
+    engine: TransformersEngine, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[InjectionService, MemtokService]]:
-    settings = InjectionSettings(data_dir=str(tmp_path), memtok_min_similarity=0.2)
+    settings = InjectionSettings(
+        data_dir=str(tmp_path), memtok_min_similarity=0.2, influence_route=request.param
+    )
     queue = ModelQueue(4)
     memtok = MemtokService(build_pipeline(settings, engine, BagEmbedder()), queue)
     yield InjectionService(engine, queue, limits(settings)), memtok
@@ -63,20 +65,28 @@ async def test_off_is_the_plain_model_and_on_applies_what_is_audited(
 
     await memtok.set_user_mode("t", "u", Mode.ON)
     on = await memtok.plan("t", "u", QUERY, None, T0)  # the user's mode applies
-    assert on.mode is Mode.ON and on.influences
     body = json.loads(convert.plan_response(on).audit_json)
+    assert on.mode is Mode.ON and on.applied
     assert [a["memtok_id"] for a in body["influences"]] == [a.memtok_id for a in on.applied]
+    disclosed = await memtok.plan("t", "u", QUERY, Mode.DISCLOSE_ONLY, T0)
+    assert disclosed.influences == [] and disclosed.attendable is None
+    assert [a.memtok_id for a in disclosed.applied] == [a.memtok_id for a in on.applied]
+    plain_score = await service.score(ScoreRequest(prompt, " satay"))
+    if memtok.pipeline.settings.route.value == "attend":
+        # The chosen memtoks' stored states, attended: the answer becomes likelier.
+        assert on.influences == [] and on.attendable is not None
+        assert [e["route"] for e in body["influences"]] == ["attend"] * len(on.applied)
+        assert [e["tokens"] for e in body["influences"]] == [s.tokens for s in on.attendable.states]
+        attended = await service.score(ScoreRequest(prompt, " satay", attendable=on.attendable))
+        assert attended.total > plain_score.total
+        return
+    assert on.influences and on.attendable is None
     for entry, influence in zip(body["influences"], on.influences, strict=True):
         assert entry["layer"] == influence.layer == 3
         assert entry["strength"] == pytest.approx(influence.strength, abs=1e-6)
         assert 0 < influence.strength <= 0.06 * 1.5
-    plain_score = await service.score(ScoreRequest(prompt, " satay"))
     moved = await service.score(ScoreRequest(prompt, " satay", influences=tuple(on.influences)))
     assert moved.total != plain_score.total  # the hooks were applied
-    disclosed = await memtok.plan("t", "u", QUERY, Mode.DISCLOSE_ONLY, T0)
-    assert disclosed.influences == [] and [a.memtok_id for a in disclosed.applied] == [
-        a.memtok_id for a in on.applied
-    ]
     assert np.all([i.vector.dtype == np.float32 for i in on.influences])
 
 

@@ -246,7 +246,7 @@ def test_rebuild_moves_the_store_to_the_served_model(
     s = open_store(tmp_path, values=FakeValues("another-model", 1, hidden), url=engine_url)
     s.admit("t", "u", [obs("cat", context="the")], T0)
     close(s)
-    served = settings(tmp_path, engine_url, memtok_layer=1)
+    served = settings(tmp_path, engine_url, memtok_layer=1, memtok_attend_layer=1)
     with pytest.raises(StoreModelMismatch, match="another-model"):
         open_real(served, tiny_engine, BagEmbedder())
     monkeypatch.setattr("hippo_injection.__main__.load_engine", lambda _: tiny_engine)
@@ -259,6 +259,8 @@ def test_rebuild_moves_the_store_to_the_served_model(
         assert item.model_id == tiny_engine.info.model
         np.testing.assert_allclose(item.value, want, atol=1e-2 * float(np.abs(want).max()))
         assert [m.id for m, _ in store.search("t", "u", item.key, 5)] == [item.id]
+        states = store.items.states("t", "u", [item.id])[item.id]  # the rebuild made them
+        assert states.model_id == tiny_engine.info.model and states.from_layer == 1
     finally:
         close(store)
     if not engine_url:

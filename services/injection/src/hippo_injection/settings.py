@@ -136,13 +136,13 @@ class InjectionSettings(ServiceSettings):
         "makes the store refuse to open until `hippo memtok rebuild`.",
     )
     memtok_attend_layer: int = Field(
-        -1,
+        6,
         ge=-1,
         le=255,
         description="Keep each new memtok's attendable key/value states (its source words "
         "as the model read them), values from this layer up (the sweep's best: 6), for "
-        "influence by attention (influence_route=attend; docs/memtok.md). -1: off (the "
-        "default), nothing is computed or stored. "
+        "influence by attention (influence_route=attend; docs/memtok.md). -1: none are "
+        "computed or stored (then influence_route must be residual). "
         "Changing it makes the store refuse to open until `hippo memtok rebuild`; about "
         "15 KiB per token of a memtok's source words (docs/memtok.md).",
     )
@@ -246,11 +246,12 @@ class InjectionSettings(ServiceSettings):
     )
     influence_max_inject: int = Field(4, ge=0, le=256, description="Most items applied per query.")
     influence_route: Literal["residual", "attend"] = Field(
-        "residual",
-        description="How mode ON applies the chosen memtoks. residual: their value vectors "
-        "added at memtok_layer (the default). attend: their stored key/value states, which "
-        "the prompt attends before its own tokens (needs memtok_attend_layer >= 0; issue "
-        "20, docs/memtok.md).",
+        "attend",
+        description="How mode ON applies the chosen memtoks. attend (the default): their "
+        "stored key/value states, which the prompt attends before its own tokens (needs "
+        "memtok_attend_layer >= 0); measured +3.7 nats on the answer and 28% exact match "
+        "against +0.1 and 0% for residual (docs/memtok.md). residual: their value vectors "
+        "added at memtok_layer.",
     )
     influence_attend_tokens: int = Field(
         256,
