@@ -48,6 +48,25 @@ def test_admission_threshold(store: MemtokStore) -> None:
     assert sorted(m.word for m in store.items.by_user("t", "u")) == ["Lisbon", "nurse"]
 
 
+def test_a_statement_with_no_word_above_the_threshold_keeps_its_best(
+    store: MemtokStore,
+) -> None:
+    """Policy.min_rank_best: an operator turn whose words all rank below min_rank still
+    stores its best word when that reaches the floor; a weaker turn, or the model's own
+    words, store nothing."""
+    plain = [obs("My", 0.34), obs("teal", 0.38, context="favourite colour is"), obs("is", 0.2)]
+    report = store.admit("t", "u", plain, T0)
+    assert [(w.word, w.outcome) for w in report.written if w.outcome != "rejected"] == [
+        ("teal", "new")
+    ]
+    assert {w.word for w in report.written if w.outcome == "rejected"} == {"My", "is"}
+    weak = store.admit("t", "u", [obs("the", 0.2), obs("a", 0.25)], T0)
+    assert all(w.outcome == "rejected" for w in weak.written)
+    said = store.admit("t", "u", [obs("violet", 0.38)], T0, Source.MODEL)
+    assert all(w.outcome == "rejected" for w in said.written)
+    assert [m.word for m in store.items.by_user("t", "u")] == ["teal"]
+
+
 def test_only_operator_items_raise_counts(store: MemtokStore) -> None:
     store.admit("t", "u", [obs("Lisbon", context="moved to")], T0)
     second = store.admit("t", "u", [obs("Lisbon", context="moved to")], T0 + 1)

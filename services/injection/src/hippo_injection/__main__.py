@@ -105,6 +105,7 @@ def policy(s: InjectionSettings) -> Policy:
     return Policy(
         capacity=s.memtok_capacity,
         min_rank=s.memtok_min_rank,
+        min_rank_best=s.memtok_min_rank_best,
         condition_bonus=s.memtok_condition_bonus,
         grace_days=s.memtok_grace_days,
         merge_similarity=s.memtok_merge_similarity,

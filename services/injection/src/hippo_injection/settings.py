@@ -155,7 +155,15 @@ class InjectionSettings(ServiceSettings):
     memtok_min_rank: float = Field(
         0.45,
         ge=0,
-        description="LLM1 rank below which a word is never stored (most ordinary words).",
+        description="LLM1 rank below which a word is not stored (most ordinary words), but for "
+        "an operator turn's best word (memtok_min_rank_best).",
+    )
+    memtok_min_rank_best: float = Field(
+        0.3,
+        ge=0,
+        description="An operator turn none of whose words reaches memtok_min_rank still "
+        "stores its best word if it ranks at least this (every statement leaves a memtok; "
+        "above memtok_min_rank: off).",
     )
     memtok_grace_days: float = Field(
         7.0, ge=0, description="New items are not evicted before this many days."

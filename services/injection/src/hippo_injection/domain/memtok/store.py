@@ -219,8 +219,12 @@ class MemtokStore:
         p = self.policy
         report = WriteReport()
         ranked = [o for o in observations if o.rank >= p.min_rank]
+        if not ranked and source is Source.OPERATOR and observations:
+            best = max(observations, key=lambda o: o.rank)
+            if best.rank >= p.min_rank_best:
+                ranked = [best]  # the statement's best word (Policy.min_rank_best)
         for o in observations:
-            if o.rank < p.min_rank:
+            if not any(o is r for r in ranked):
                 report.written.append(Written(o.word, "rejected", reason="below_min_rank"))
         if not ranked:
             return report
