@@ -17,7 +17,8 @@ In process, real models: Gemma 3 270M (LLM1, LLM2, value vectors) and all-MiniLM
    runs on them too); the pipeline's latency per query. The routes side by side (issue
    20): zero, residual (value vectors), attend (the same pipeline's winners, their
    stored states attended: --attend-layer), and text (their source words quoted before
-   the question).
+   the question); then the time to first token with up to 1, 5 and 10 winners applied
+   each way, the prompt tokens each reads, and the stored states' bytes per memory.
 6. Growth and store behaviour: LoCoMo operator turns are written as distractors into the
    same user's store; recall@10 after each quarter; admissions, merges, rejections per
    1,000 operator turns.
@@ -103,6 +104,9 @@ def main() -> None:
     parser.add_argument(
         "--attend-layer", type=int, default=6, help="attend arm: values from this layer up"
     )
+    parser.add_argument(
+        "--latency-probes", type=int, default=10, help="probes per time-to-first-token cell"
+    )
     args = parser.parse_args()
 
     import torch
@@ -119,6 +123,7 @@ def main() -> None:
         Route,
     )
     from hippo_injection.domain.memtok.policy import Policy
+    from hippo_injection.domain.types import Sampling
     from hippo_injection.settings import InjectionSettings
 
     torch.set_num_threads(1)
@@ -269,6 +274,64 @@ def main() -> None:
         for arm in ("zero", "residual", "attend", "text")
     }
     print("routes", json.dumps(results["routes"]))
+
+    # 5b. Time to first token with 1, 5 and 10 memories: the pipeline's own winners (it may
+    # apply up to N here), as stored states attended vs their source words quoted in the
+    # prompt; the prompt tokens each reads; the stored states' bytes per memory.
+    def prefill(ids: list[int], attend: Any) -> float:
+        began = time.perf_counter()
+        run = engine.open(ids, [], attend, Sampling())
+        try:
+            run.next_token()
+        finally:
+            run.close()
+        return time.perf_counter() - began
+
+    ttft: dict[str, Any] = {}
+    sizes: list[int] = []
+    for count in (1, 5, 10):
+        wide = InfluencePipeline(
+            engine,
+            store,
+            replace(defaults, route=Route.ATTEND, max_inject=count, attend_tokens=64 * count),
+        )
+        cells: dict[str, list[float]] = {"text": [], "attend": []}
+        tokens: dict[str, list[int]] = {"text": [], "attend": []}
+        used: list[int] = []
+        for f in facts[: args.latency_probes]:
+            plan = wide.plan("t", "u", f["question"], t, Mode.ON)
+            if plan.attendable is None:
+                continue
+            chosen = store.items.get("t", "u", [a.memtok_id for a in plan.applied])
+            quoted = "\n".join(m.source_words for m in chosen)
+            question = [engine.bos_id, *engine.tokenize(f"Question: {f['question']}\nAnswer:")]
+            text_ids = [
+                engine.bos_id,
+                *engine.tokenize(f"{quoted}\nQuestion: {f['question']}\nAnswer:"),
+            ]
+            used.append(len(plan.attendable.states))
+            sizes.extend(st.nbytes for st in plan.attendable.states)
+            for arm, ids, attend in (
+                ("text", text_ids, _no_attend()),
+                ("attend", question, plan.attendable),
+            ):
+                prefill(ids, attend)  # warm
+                cells[arm].append(prefill(ids, attend))
+                tokens[arm].append(len(ids))
+        ttft[str(count)] = {
+            "memories_mean": statistics.mean(used) if used else 0.0,
+            **{
+                f"{arm}_ttft_ms_p50": 1000 * statistics.median(v) if v else 0.0
+                for arm, v in cells.items()
+            },
+            **{
+                f"{arm}_prompt_tokens_mean": statistics.mean(v) if v else 0.0
+                for arm, v in tokens.items()
+            },
+        }
+    results["ttft"] = ttft
+    results["states_bytes_per_memory"] = statistics.mean(sizes) if sizes else 0.0
+    print("ttft", json.dumps(ttft), "bytes", results["states_bytes_per_memory"])
     gains, matches_on, matches_zero, applied_n, latency = [], 0, 0, [], []
     for f in facts:
         began = time.perf_counter()
@@ -391,6 +454,17 @@ def print_table(r: dict[str, Any]) -> None:
             f"{v['memories_per_probe']:.1f} | {v['neutral_damage_nats_mean']:+.2f} | "
             f"{v['neutral_match']:.0%} |"
         )
+    print(
+        "\n| memories applied (at most) | mean | text ttft ms (prompt tokens) "
+        "| attend ttft ms (prompt tokens) |\n|---|---|---|---|"
+    )
+    for count, v in r["ttft"].items():
+        print(
+            f"| {count} | {v['memories_mean']:.1f} | {v['text_ttft_ms_p50']:.0f} "
+            f"({v['text_prompt_tokens_mean']:.0f}) | {v['attend_ttft_ms_p50']:.0f} "
+            f"({v['attend_prompt_tokens_mean']:.0f}) |"
+        )
+    print(f"stored states per memory: {r['states_bytes_per_memory'] / 1024:.0f} KiB (float16)")
     z = r["zero_vs_on"]
     print(
         f"\nzero vs on: gain {z['gain_nats_mean']:+.2f} nats, exact match "
