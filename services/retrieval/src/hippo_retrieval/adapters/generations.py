@@ -40,6 +40,7 @@ import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from qdrant_client import QdrantClient
 
@@ -53,6 +54,8 @@ from hippo_retrieval.adapters.sparse_lexical import EdgeLexicalIndex, QdrantLexi
 from hippo_retrieval.adapters.tantivy_index import TantivyIndex
 from hippo_retrieval.domain.models import EmbeddingModel
 from hippo_retrieval.domain.ports import LexicalIndex, VectorIndex
+
+Index = TypeVar("Index")
 
 TANTIVY = "tantivy"
 QDRANT = "qdrant"
@@ -128,43 +131,26 @@ class QdrantServer:
     def hybrid_collection(
         self, name: str, dimension: int, *, typos: bool = False
     ) -> QdrantHybridIndex:
-        client = self.client()
-        try:
-            return QdrantHybridIndex(
-                client,
-                name,
-                dimension,
-                concurrent_searches=self.concurrent_searches,
-                layout=self.layout,
-                typos=typos,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return self._owning(QdrantHybridIndex, name, dimension, typos=typos)
 
     def vector_collection(self, name: str, dimension: int) -> QdrantVectorIndex:
-        client = self.client()
-        try:
-            return QdrantVectorIndex(
-                client,
-                name,
-                dimension,
-                concurrent_searches=self.concurrent_searches,
-                layout=self.layout,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return self._owning(QdrantVectorIndex, name, dimension)
 
     def lexical_collection(self, name: str, *, typos: bool = False) -> QdrantLexicalIndex:
+        return self._owning(QdrantLexicalIndex, name, typos=typos)
+
+    def _owning(self, kind: Callable[..., Index], name: str, *args: Any, **kwargs: Any) -> Index:
+        """`kind(client, name, ...)` over a client of its own (the index closes it; so
+        does a failed construction), with this server's search and layout settings."""
         client = self.client()
         try:
-            return QdrantLexicalIndex(
+            return kind(
                 client,
                 name,
+                *args,
                 concurrent_searches=self.concurrent_searches,
                 layout=self.layout,
-                typos=typos,
+                **kwargs,
             )
         except BaseException:
             client.close()

@@ -119,14 +119,7 @@ class QdrantHybridIndex(QdrantLexicalIndex):
             return self._client.count(self._collection, count_filter=dense, exact=True).count
 
     def nearest(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
-        if limit <= 0:
-            return []
-        query = vector_list(vector, self._dimension, "the query")
-        if query is None:
-            return []
-        where = qdrant_vectors.scope_filter(scope)
-        points = self._query(query, DENSE, where, limit, [MEMORY_ID])
-        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
+        return self._nearest(scope, vector, self._dimension, DENSE, limit)
 
     def hybrid(
         self,

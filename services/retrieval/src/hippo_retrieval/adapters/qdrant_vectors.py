@@ -306,6 +306,19 @@ class QdrantIndex:
         with self._lock:
             return run()
 
+    def _nearest(
+        self, scope: Scope, vector: Vector, dimension: int, using: str | None, limit: int
+    ) -> list[Candidate]:
+        """The points nearest `vector` by their dense vector `using` (None: the unnamed
+        one), inside the scope, best first."""
+        if limit <= 0:
+            return []
+        query = vector_list(vector, dimension, "the query")
+        if query is None:
+            return []  # no direction: nothing is nearer than anything else
+        points = self._query(query, using, scope_filter(scope), limit, [MEMORY_ID])
+        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
+
     def count(self) -> int:
         """Points stored (all tenants): for tests and metrics."""
         with self._lock:
@@ -345,13 +358,7 @@ class QdrantVectorIndex(QdrantIndex):
         return turn_row(turn, self._dimension)
 
     def search(self, scope: Scope, vector: Vector, limit: int) -> list[Candidate]:
-        if limit <= 0:
-            return []
-        query = vector_list(vector, self._dimension, "the query")
-        if query is None:
-            return []  # no direction: nothing is nearer than anything else
-        points = self._query(query, None, scope_filter(scope), limit, [MEMORY_ID])
-        return [Candidate(str((p.payload or {})[MEMORY_ID]), float(p.score)) for p in points]
+        return self._nearest(scope, vector, self._dimension, None, limit)
 
 
 def _tenant_is(tenant: str) -> models.Filter:
