@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from influence_eval import hard
-from injection_sweep import Cell, Probe, Sweep, _cell, _load, _prompt
+from injection_sweep import Cell, Probe, Sweep, _cell, _load, _prompt, prefill
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -62,7 +62,7 @@ def main() -> int:
 
     from hippo_injection.adapters import loader
     from hippo_injection.adapters.engine import TransformersEngine
-    from hippo_injection.domain.types import Attendable, Sampling
+    from hippo_injection.domain.types import Attendable
 
     torch.manual_seed(0)
     started = time.perf_counter()
@@ -133,15 +133,6 @@ def main() -> int:
     }
 
     # Time to first token: the question after 1, 5 or 10 memories (the fact, then others).
-    def prefill(ids: list[int], attendable: Any) -> float:
-        began = time.perf_counter()
-        run = engine.open(ids, [], attendable, Sampling())
-        try:
-            run.next_token()
-        finally:
-            run.close()
-        return time.perf_counter() - began
-
     latency: dict[str, dict[int, tuple[float, float]]] = {"text": {}, "read": {}, "stored": {}}
     for count in COUNTS:
         samples: dict[str, list[float]] = {arm: [] for arm in latency}
@@ -155,8 +146,8 @@ def main() -> int:
                 ("read", question, read(memories)),
                 ("stored", question, stored(memories)),
             ):
-                prefill(ids, attendable)  # warm
-                samples[arm].append(prefill(ids, attendable))
+                prefill(engine, ids, attendable)  # warm
+                samples[arm].append(prefill(engine, ids, attendable))
                 prompt_tokens[arm].append(len(ids))
         for arm in latency:
             latency[arm][count] = (

@@ -44,6 +44,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from injection_sweep import prefill
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
@@ -123,7 +125,6 @@ def main() -> None:
         Route,
     )
     from hippo_injection.domain.memtok.policy import Policy
-    from hippo_injection.domain.types import Sampling
     from hippo_injection.settings import InjectionSettings
 
     torch.set_num_threads(1)
@@ -278,15 +279,6 @@ def main() -> None:
     # 5b. Time to first token with 1, 5 and 10 memories: the pipeline's own winners (it may
     # apply up to N here), as stored states attended vs their source words quoted in the
     # prompt; the prompt tokens each reads; the stored states' bytes per memory.
-    def prefill(ids: list[int], attend: Any) -> float:
-        began = time.perf_counter()
-        run = engine.open(ids, [], attend, Sampling())
-        try:
-            run.next_token()
-        finally:
-            run.close()
-        return time.perf_counter() - began
-
     ttft: dict[str, Any] = {}
     sizes: list[int] = []
     for count in (1, 5, 10):
@@ -315,8 +307,8 @@ def main() -> None:
                 ("text", text_ids, _no_attend()),
                 ("attend", question, plan.attendable),
             ):
-                prefill(ids, attend)  # warm
-                cells[arm].append(prefill(ids, attend))
+                prefill(engine, ids, attend)  # warm
+                cells[arm].append(prefill(engine, ids, attend))
                 tokens[arm].append(len(ids))
         ttft[str(count)] = {
             "memories_mean": statistics.mean(used) if used else 0.0,

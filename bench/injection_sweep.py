@@ -142,6 +142,20 @@ def _cell(sweep: Sweep, zero: dict[str, float], fact_arm: Any, neutral_arm: Any)
     )
 
 
+def prefill(engine: Any, ids: list[int], attendable: Any) -> float:
+    """Seconds to the first token of a greedy reply to `ids` (the prefill), with the
+    memories `attendable` attached."""
+    from hippo_injection.domain.types import Sampling
+
+    began = time.perf_counter()
+    run = engine.open(ids, [], attendable, Sampling())
+    try:
+        run.next_token()
+    finally:
+        run.close()
+    return time.perf_counter() - began
+
+
 def _latency(
     engine: Any, prompts: list[list[int]], tokens: int, influences: Any, attendable: Any
 ) -> tuple[float, float]:
