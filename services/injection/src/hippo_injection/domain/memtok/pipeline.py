@@ -185,12 +185,20 @@ class InfluencePipeline:
         plan.ranked = [(hits[i][0].id, sal[i], hits[i][1], l2[i], merged[i]) for i in order]
         merged = [merged[i] for i in order]
         ranked = list(range(len(kept)))
+        strengths = [rules.strength(item, sim, now_us, self.policy) for item, sim, _ in kept]
         attending = s.route is Route.ATTEND
-        stored = self._states(tenant, user, [item.id for item, _, _ in kept]) if attending else {}
+        # States are tens of KiB each: read those of the candidates that can be applied.
+        stored = (
+            self.store.items.states(
+                tenant, user, [kept[i][0].id for i in ranked if strengths[i] > 0.0]
+            )
+            if attending
+            else {}
+        )
         attended: list[MemoryStates] = []
         for i in ranked:
             item, similarity, _ = kept[i]
-            strength = rules.strength(item, similarity, now_us, self.policy)
+            strength = strengths[i]
             if strength <= 0.0:
                 plan.skipped.append(
                     {"memtok_id": item.id, "reason": "below_min_similarity",
@@ -220,9 +228,6 @@ class InfluencePipeline:
         if attended:
             plan.attendable = Attendable(from_layer=attended[0].from_layer, states=tuple(attended))
         return plan
-
-    def _states(self, tenant: str, user: str, ids: list[str]) -> dict[str, MemoryStates]:
-        return self.store.items.states(tenant, user, ids)
 
     def _llm2(self, query: str, sources: list[str]) -> list[float]:
         """Attention the query pays to each candidate's source words, up to the middle
