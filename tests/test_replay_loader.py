@@ -127,12 +127,14 @@ class Gateway(memory_pb2_grpc.MemoryServiceServicer):
         self.stored: dict[tuple[str, str], str] = {}
         self.refused_at: list[float] = []
         self.accepted_at: list[float] = []
+        self.deadlines: list[float | None] = []
         self.in_flight = 0
         self.most_in_flight = 0
 
     async def Remember(
         self, request: memory_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.RememberResponse:
+        self.deadlines.append(context.time_remaining())
         if self.script:
             code, hint, quota = self.script.pop(0)
             self.refused_at.append(time.monotonic())
@@ -210,6 +212,24 @@ async def test_concurrency_halves_on_overload_and_never_exceeds_the_ceiling(
     run = await replay.replay_all(settings, conversations, _ledger(tmp_path), concurrency=4)
     assert len(gateway.stored) == run.created == sum(len(c.turns) for c in conversations)
     assert gateway.most_in_flight <= 4
+
+
+async def test_a_refused_call_is_retried_with_a_longer_deadline(serve: Any, tmp_path: Path) -> None:
+    """RESOURCE_EXHAUSTED (a queue longer than the call's deadline) and DEADLINE_EXCEEDED
+    both double the next try's deadline, so a batch a slow embedder needs longer for
+    than the default still lands."""
+    script = [
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, 0.01, False),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, None, False),
+    ]
+    gateway = Gateway(script)
+    settings = await serve(gateway)  # timeout_seconds=5
+    conversations = _archive(tmp_path, conversations=1)
+    run = await replay.replay_all(settings, conversations, _ledger(tmp_path), concurrency=1)
+    assert run.retries == 2 and len(gateway.stored) == run.created
+    first, second, third = gateway.deadlines[:3]
+    assert first is not None and second is not None and third is not None
+    assert first <= 5.05 and 9.5 < second <= 10.05 and 19.5 < third <= 20.05
 
 
 def test_limiter_is_aimd() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -65,6 +66,31 @@ async def test_remaining_time_and_request_id_propagate_downstream(harness: Harne
     remaining = seen["remaining"]
     assert isinstance(remaining, float) and remaining < 0.75
     assert seen["request_id"] == "req-42"
+
+
+async def test_a_bulk_call_gets_most_of_the_inbound_deadline_not_the_hop_default(
+    harness: Harness,
+) -> None:
+    """A batch on a slow peer may take longer than the per-hop default: it gets 80% of
+    the caller's remaining time; with no inbound deadline the default stays in force."""
+    seen: list[float | None] = []
+
+    async def behaviour(request, context):  # type: ignore[no-untyped-def]
+        seen.append(context.time_remaining())
+        return embedding_pb2.EmbedResponse()
+
+    harness.servicer.behaviour = behaviour
+    async with client.channel(harness.addr, ClientSettings(timeout_seconds=1.0)) as channel:
+        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        token = request_context.deadline.set(time.monotonic() + 10.0)
+        try:
+            await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=client.bulk_timeout())
+        finally:
+            request_context.deadline.reset(token)
+        assert client.bulk_timeout() is None
+        await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=client.bulk_timeout())
+    assert seen[0] is not None and 7.5 < seen[0] <= 8.05
+    assert seen[1] is not None and seen[1] <= 1.05
 
 
 async def test_expired_inbound_deadline_fails_before_calling(harness: Harness) -> None:

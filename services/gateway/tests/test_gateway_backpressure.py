@@ -77,3 +77,28 @@ def test_a_saturated_embedder_is_resource_exhausted_with_retry_info_through_the_
                 mode=memory_pb2.RECALL_MODE_LEXICAL,
             )
             assert not stub.Recall(recall, metadata=key_of("acme"), timeout=30).hits
+
+
+def test_a_batch_slower_than_the_hop_deadline_lands_within_the_callers_deadline(
+    cluster: Cluster,
+) -> None:
+    """A full batch on a slow embedder (here: the per-hop default cut to 0.1 s) gets most
+    of what the caller allows, not the hop's default: a slow embedder must slow a bulk
+    load down, never make each try miss its deadline."""
+    run = uuid.uuid4().hex[:8]
+    long_text = " ".join(f"word{i} of a long turn about otters {run}" for i in range(60))
+    with gateway_process(
+        cluster.embedding.addr, cluster.retrieval.addr, client__timeout_seconds="0.1"
+    ) as gateway:
+        wait_for(gateway.addr, GATEWAY, timeout=60)
+        with grpc.insecure_channel(gateway.addr) as channel:
+            stub = memory_pb2_grpc.MemoryServiceStub(channel)
+            turns = [
+                memory_pb2.Turn(role=memory_pb2.ROLE_USER, text=f"{i} {long_text}")
+                for i in range(64)
+            ]
+            request = memory_pb2.RememberRequest(
+                scope=memory_pb2.Scope(user_id=f"slow-{run}", session_id="s"), turns=turns
+            )
+            reply = stub.Remember(request, metadata=key_of("acme"), timeout=60)
+    assert reply.created == 64

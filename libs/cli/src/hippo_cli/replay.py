@@ -258,8 +258,10 @@ async def _remember(
             run.last_error = f"{code.name}: {exc.details()}"
             if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED):
                 limiter.overloaded(epoch)
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                # A call that cannot finish in time under this load gets longer next time.
+                # A call that cannot finish in time under this load gets longer next time:
+                # a loader would rather wait in a queue than retry into it (the embedding
+                # service refuses work whose queue wait exceeds the caller's deadline, and a
+                # slow embedder can need longer than the default for one full batch).
                 timeout = min(max(MAX_CALL_TIMEOUT, timeout), timeout * 2)
             stalled = time.monotonic() - run.last_progress
             if stalled + wait > patience:

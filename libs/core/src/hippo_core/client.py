@@ -42,6 +42,25 @@ def _service_config(max_attempts: int) -> str:
     return json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]})
 
 
+# The share of an inbound call's remaining time that a bulk outbound call may take: the
+# rest is kept for the steps after it (storing what it computed, answering).
+BULK_SHARE = 0.8
+
+
+def bulk_timeout() -> float | None:
+    """The deadline for an outbound call whose work grows with its input (embedding a
+    batch of turns): most of what is left of the inbound call, not the per-hop default.
+
+    A slow peer (a large embedder on a CPU) can need longer than the default for a full
+    batch even when it is idle; with the default the call would miss its deadline on
+    every try, however long the caller was willing to wait. None (no inbound deadline)
+    leaves the default in force."""
+    remaining = request_context.time_remaining()
+    if remaining is None:
+        return None
+    return max(remaining * BULK_SHARE, 0.001)
+
+
 def _details(
     details: grpc.aio.ClientCallDetails, default_timeout: float
 ) -> grpc.aio.ClientCallDetails:

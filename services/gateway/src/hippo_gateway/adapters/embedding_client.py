@@ -67,7 +67,10 @@ class GrpcEmbedder:
         rows: list[Vectors] = []
         for chunk in embedding_client.chunks(texts, self._max_texts, self._max_chars):
             async with calling("embedding"):
-                reply = await self._stub.Embed(embedding_pb2.EmbedRequest(texts=chunk, model=model))
+                reply = await self._stub.Embed(
+                    embedding_pb2.EmbedRequest(texts=chunk, model=model),
+                    timeout=client.bulk_timeout(),
+                )
             # The rest by the name of the model that made the first chunk: one Embedding
             # is one model's, even where replicas differ in their default (a rollout).
             model = reply.model or model

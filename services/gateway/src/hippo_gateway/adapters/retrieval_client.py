@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from hippo.retrieval.v1 import retrieval_pb2, retrieval_pb2_grpc
+from hippo_core import client
 from hippo_core.client import calling
 from hippo_core.errors import NotFound
 from hippo_gateway import convert
@@ -42,7 +43,8 @@ class GrpcTurnStore:
             wait_searchable=wait_searchable,
         )
         async with calling("retrieval"):
-            reply = await self._stub.Write(request)
+            # A batch of turns: it may take most of the caller's time, not one hop's.
+            reply = await self._stub.Write(request, timeout=client.bulk_timeout())
         self._live.learn(reply.embedding_model)
         return [
             (convert.memory(r), bool(c)) for r, c in zip(reply.records, reply.created, strict=True)
