@@ -1,6 +1,7 @@
 """What each embedder costs in-process: the built-in ones and any directory given.
 
-For each embedder available here (the built-in all-MiniLM-L6-v2 as onnx int8 and, when
+For each embedder available here (the built-in all-MiniLM-L6-v2 on onnx, as the default
+dynamic int8 graph and as the packaged graph (`ONNX_QUANTIZATION=weights`), and, when
 sentence-transformers is installed, as torch fp32; then every `--model NAME=PATH`, a
 directory as HIPPO_EMBEDDING_MODELS takes it) it loads the encoder in this process the
 way the service does (`adapters.load_spec`) and measures, on distinct LoCoMo dev turns:
@@ -50,11 +51,15 @@ class Embedder:
     label: str  # what the table calls it
     spec: specs.ModelSpec
     backend: str  # EmbeddingSettings.backend: picks the built-in runtime
+    quantization: str = "dynamic"  # EmbeddingSettings.onnx_quantization (built-in onnx)
 
 
 def embedders(extra: Sequence[str]) -> list[Embedder]:
     builtin = specs.ModelSpec(specs.BUILTIN_NAME, "builtin")
-    found = [Embedder("builtin onnx int8", builtin, "onnx")]
+    found = [
+        Embedder("builtin onnx dynamic int8 (default)", builtin, "onnx"),
+        Embedder("builtin onnx, packaged graph", builtin, "onnx", "weights"),
+    ]
     if importlib.util.find_spec("sentence_transformers") is not None:
         found.append(Embedder("builtin torch fp32", builtin, "torch"))
     for item in extra:
@@ -76,7 +81,9 @@ class Row:
 def measure(embedder: Embedder, threads: int, texts: list[str], args: argparse.Namespace) -> Row:
     """Load once (the load time includes importing the runtime), then --rounds runs."""
     row = Row(embedder)
-    settings = EmbeddingSettings(backend=embedder.backend, threads=threads)
+    settings = EmbeddingSettings(
+        backend=embedder.backend, threads=threads, onnx_quantization=embedder.quantization
+    )
     plan = make_plan(texts, args.n, args.m, args.batch_size, 0)
     started = time.perf_counter()
     encoder = adapters.load_spec(embedder.spec, settings)

@@ -60,3 +60,11 @@ def server() -> Iterator[ServiceProcess]:
 def stub(server: ServiceProcess) -> Iterator[embedding_pb2_grpc.EmbeddingServiceStub]:
     with grpc.insecure_channel(server.addr) as channel:
         yield embedding_pb2_grpc.EmbeddingServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+def dynamic_encoder(tmp_path_factory: pytest.TempPathFactory) -> OnnxEncoder:
+    """The default: the packaged graph converted to dynamic int8, in a private cache."""
+    return OnnxEncoder(
+        threads=1, quantization="dynamic", cache_dir=tmp_path_factory.mktemp("graphs")
+    )

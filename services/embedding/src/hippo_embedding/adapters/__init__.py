@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hippo_embedding.domain.encoder import Encoder
 from hippo_embedding.settings import EmbeddingSettings
 from hippo_embedding.specs import BUILTIN_NAME, ModelSpec
@@ -19,7 +21,12 @@ def load_spec(spec: ModelSpec, settings: EmbeddingSettings) -> Encoder:
     if spec.layout == "builtin":
         from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 
-        return OnnxEncoder(threads=threads, max_tokens=max_tokens)
+        return OnnxEncoder(
+            threads=threads,
+            max_tokens=max_tokens,
+            quantization=settings.onnx_quantization,
+            cache_dir=Path(settings.graph_cache_dir) if settings.graph_cache_dir else None,
+        )
     assert spec.path is not None  # a directory spec
     if spec.layout == "sentence-transformers":
         from hippo_embedding.adapters.torch_encoder import SentenceTransformerEncoder
