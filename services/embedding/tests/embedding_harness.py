@@ -38,7 +38,8 @@ def dev_texts(limit: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def onnx_encoder() -> OnnxEncoder:
-    return OnnxEncoder(threads=1)
+    """The packaged graph as shipped (`onnx_quantization=weights`)."""
+    return OnnxEncoder(threads=1, quantization="weights")
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,12 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def multi(model_dirs: tuple[Path, Path]) -> Iterator[ServiceProcess]:
     small, onnx = model_dirs
-    env = {"HIPPO_EMBEDDING_MODELS": f"builtin,{SMALL}={small},{onnx}"}
+    # builtin as the packaged graph: the very graph the ONNX directory holds, so the two
+    # must give the same vectors (the dynamic default is tested in test_embedding_quantize).
+    env = {
+        "HIPPO_EMBEDDING_MODELS": f"builtin,{SMALL}={small},{onnx}",
+        "HIPPO_EMBEDDING_ONNX_QUANTIZATION": "weights",
+    }
     with service_process("hippo_embedding", "HIPPO_EMBEDDING_", env) as proc:
         wait_for(proc.addr, FULL_NAME, timeout=120)
         yield proc

@@ -63,7 +63,7 @@ def test_the_default_is_dynamic_and_weights_keeps_the_packaged_graph(
     dynamic = load(EmbeddingSettings()).encode(texts)
     assert list((tmp_path / "hippo").glob("*.onnx"))  # the default converted and cached
     weights = load(EmbeddingSettings(onnx_quantization="weights")).encode(texts)
-    packaged = OnnxEncoder().encode(texts)
+    packaged = OnnxEncoder(quantization="weights").encode(texts)
     np.testing.assert_array_equal(weights, packaged)
     assert not np.array_equal(dynamic, packaged)
     assert ((dynamic * packaged).sum(axis=1) > 0.97).all()

