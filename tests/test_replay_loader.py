@@ -229,7 +229,8 @@ async def test_a_refused_call_is_retried_with_a_longer_deadline(serve: Any, tmp_
     assert run.retries == 2 and len(gateway.stored) == run.created
     first, second, third = gateway.deadlines[:3]
     assert first is not None and second is not None and third is not None
-    assert first <= 5.05 and 9.5 < second <= 10.05 and 19.5 < third <= 20.05
+    # grpc rounds the deadline it sends up a little (~0.1 s seen at 10 s).
+    assert first <= 5.2 and 9.5 < second <= 10.3 and 19.5 < third <= 20.5
 
 
 def test_limiter_is_aimd() -> None:

@@ -89,7 +89,7 @@ async def test_a_bulk_call_gets_most_of_the_inbound_deadline_not_the_hop_default
             request_context.deadline.reset(token)
         assert client.bulk_timeout() is None
         await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=client.bulk_timeout())
-    assert seen[0] is not None and 7.5 < seen[0] <= 8.05
+    assert seen[0] is not None and 7.5 < seen[0] <= 8.2  # grpc rounds its deadline up a little
     assert seen[1] is not None and seen[1] <= 1.05
 
 
