@@ -561,7 +561,15 @@ def test_a_crashed_service_is_restarted_not_the_whole_cluster(cluster: LocalClus
         pytest.fail(f"retrieval was not restarted: {now} {health.stdout}")
     assert now["hippo_gateway"] == before["hippo_gateway"]  # the others kept running
     assert cluster.launcher.poll() is None
-    found = _hippo(cluster, "recall", "walrus", "--user", "crash", "--mode", "lexical")
+    # SERVING to a fresh channel; the gateway's own channel reconnects within its
+    # reconnect cap (1 s), so the first Recall may still meet UNAVAILABLE.
+    until = time.monotonic() + 10
+    while True:
+        found = _hippo(cluster, "recall", "walrus", "--user", "crash", "--mode", "lexical")
+        if found.returncode == 0 or time.monotonic() > until:
+            break
+        assert "UNAVAILABLE" in found.stderr, found.stderr
+        time.sleep(0.5)
     assert "a durable walrus" in found.stdout, found.stdout + found.stderr
 
 

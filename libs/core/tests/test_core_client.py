@@ -260,3 +260,44 @@ async def test_servers_ask_clients_to_reconnect_after_the_max_connection_age() -
         assert len(peers) >= 2  # a new connection (another client port) after the age
     finally:
         await server.runner.stop()
+
+
+async def test_a_restarted_peer_is_reached_again_within_the_reconnect_cap() -> None:
+    """A peer down for a while, then back on its port: calls through a channel that kept
+    failing meanwhile succeed again within about the reconnect cap (1 s), not after
+    gRPC's grown backoff (it reaches several seconds after ~7 s of refused connects)."""
+    first = await start(ServiceSettings(grace_seconds=0.2))
+    await first.runner.ready.wait()
+    port = first.runner.port
+    first.servicer.behaviour = _empty_reply
+    async with client.channel(f"127.0.0.1:{port}") as channel:
+        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]))
+        await first.runner.stop()
+        failures = 0
+        end = time.monotonic() + 7.0
+        while time.monotonic() < end:  # the channel's backoff grows while the peer is gone
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=0.5)
+            failures += 1
+            await asyncio.sleep(0.2)
+        assert failures > 5
+        second = await start(ServiceSettings(grace_seconds=0.2, port=port))
+        try:
+            await second.runner.ready.wait()
+            second.servicer.behaviour = _empty_reply
+            back = time.monotonic()
+            while True:
+                try:
+                    await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=0.5)
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == grpc.StatusCode.UNAVAILABLE
+                    assert time.monotonic() - back < 2.5, "the channel did not reconnect"
+                    await asyncio.sleep(0.05)
+        finally:
+            await second.runner.stop()
+
+
+async def _empty_reply(request, context):  # type: ignore[no-untyped-def]
+    return embedding_pb2.EmbedResponse()

@@ -42,6 +42,9 @@ def _service_config(max_attempts: int) -> str:
     return json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]})
 
 
+# The longest a channel waits between attempts to reconnect to a peer that went away.
+RECONNECT_BACKOFF_MAX_MS = 1_000
+
 # The share of an inbound call's remaining time that a bulk outbound call may take: the
 # rest is kept for the steps after it (storing what it computed, answering).
 BULK_SHARE = 0.8
@@ -198,10 +201,13 @@ def _options(
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 0),
         # gRPC's default reconnect backoff grows to 120 s: after a peer restarts, calls
-        # would keep failing for minutes. Cap it so a restarted peer is back in seconds.
+        # would keep failing for minutes. Cap it at RECONNECT_BACKOFF_MAX_MS: a peer that
+        # answers its health check is reached by its callers within about a second (a
+        # 5 s cap left the gateway failing Recall for seconds after a restarted
+        # retrieval service was SERVING). A refused connect costs next to nothing.
         ("grpc.initial_reconnect_backoff_ms", 250),
         ("grpc.min_reconnect_backoff_ms", 250),
-        ("grpc.max_reconnect_backoff_ms", 5_000),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
     ]
 
 
