@@ -377,8 +377,14 @@ def measure(label: str, env: dict[str, str], args: argparse.Namespace) -> dict[s
         quiet = levels[0]["p50"]
         gateway_metrics = cluster.metrics["gateway"]
         before_codes = server_codes(gateway_metrics)
+        before = {**cpu_seconds(pids), "load generator": sum(os.times()[:2])}
         over = asyncio.run(overload(cluster.gateway, 3 * capacity, args.seconds, questions, quiet))
+        after = {**cpu_seconds(pids), "load generator": sum(os.times()[:2])}
         after_codes = server_codes(gateway_metrics)
+        # Where the two cores went while overloaded (the generator included: it shares
+        # them), per offered call: refusing must cost far less than serving.
+        offered = max(1, sum(over["codes"].values()))
+        over["cpu_ms"] = {k: 1000 * (after[k] - before.get(k, after[k])) / offered for k in after}
         # What the gateway itself answered: a call the client timed out on while the
         # gateway still served it (the load generator shares these 2 cores) shows here
         # as OK, and one the gateway ran past its deadline as DEADLINE_EXCEEDED.
@@ -455,8 +461,8 @@ def report(rows: list[dict[str, Any]], embed_rate: float) -> None:
     print("\n## Overload (open loop at 3x the best Recall rate, 2 s deadlines)\n")
     print("| config | capacity req/s | offered req/s | goodput req/s | goodput / capacity "
           "| statuses (client) | statuses (gateway) | refused with RetryInfo "
-          "| back to quiet latency after |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| back to quiet latency after | CPU ms per offered call |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o = r["overload"]
         back = "not within 30 s" if o["recovered_s"] is None else f"{o['recovered_s']:.1f} s"
@@ -464,7 +470,9 @@ def report(rows: list[dict[str, Any]], embed_rate: float) -> None:
             f"| {r['config']} | {r['capacity']:.0f} | {o['offered_rps']:.0f} | "
             f"{o['goodput_rps']:.0f} | {100 * o['goodput_rps'] / r['capacity']:.0f}% | "
             f"{o['codes']} | {o.get('server_codes', {})} | "
-            f"{o['refused_with_retry_info']} of {o['refused']} | {back} |"
+            f"{o['refused_with_retry_info']} of {o['refused']} | {back} | "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(o.get("cpu_ms", {}).items()) if v >= 0.05)
+            + " |"
         )
     for r in rows:
         if r["replay"]:

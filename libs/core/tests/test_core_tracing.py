@@ -10,7 +10,7 @@ from core_harness import FULL_NAME, Harness, start
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import REGISTRY
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
@@ -157,3 +157,38 @@ async def test_health_checks_get_no_spans_and_calls_do(harness: Harness) -> None
     assert not [n for n in names if "grpc.health" in n], names
     kinds = {s.kind for s in exporter.get_finished_spans() if "Embed" in s.name}
     assert kinds == {SpanKind.SERVER, SpanKind.CLIENT}
+
+
+async def test_a_refused_call_is_a_span_status_not_an_exception(harness: Harness) -> None:
+    """Statuses go on the server span as its status code, with no exception event: the
+    instrumentation this replaces formatted two tracebacks per refused call. A status
+    the server owes (INTERNAL) marks the span an error; one the caller owes does not."""
+    exporter = InMemorySpanExporter()
+    tracing.configure("test").add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def answer(request, context):  # type: ignore[no-untyped-def]
+        if request.texts == ["bad"]:
+            raise InvalidArgument("texts", "scripted refusal")
+        if request.texts == ["boom"]:
+            raise RuntimeError("scripted bug")
+        return embedding_pb2.EmbedResponse(count=1)
+
+    harness.servicer.behaviour = answer
+    async with grpc.aio.insecure_channel(harness.addr) as channel:
+        stub = embedding_pb2_grpc.EmbeddingServiceStub(channel)
+        await stub.Embed(embedding_pb2.EmbedRequest(texts=["a"]), timeout=5)
+        for texts in (["bad"], ["boom"]):
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.Embed(embedding_pb2.EmbedRequest(texts=texts), timeout=5)
+    spans = [
+        s for s in exporter.get_finished_spans()
+        if s.kind == SpanKind.SERVER and s.name == f"/{FULL_NAME}/Embed"
+    ]  # fmt: skip
+    codes = [s.attributes["rpc.grpc.status_code"] for s in spans]  # type: ignore[index]
+    refused, failed = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL
+    assert codes == [0, refused.value[0], failed.value[0]]
+    statuses = [s.status.status_code for s in spans]
+    assert statuses == [StatusCode.UNSET, StatusCode.UNSET, StatusCode.ERROR]
+    assert all(not s.events for s in spans), [e.name for s in spans for e in s.events]
+    assert spans[0].attributes["rpc.method"] == "Embed"  # type: ignore[index]
+    assert spans[0].attributes["rpc.service"] == FULL_NAME  # type: ignore[index]

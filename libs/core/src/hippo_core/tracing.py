@@ -1,8 +1,9 @@
 """OpenTelemetry tracing: spans for every call, context carried in gRPC metadata.
 
 Spans are always made (their ids reach the logs); they leave the process only when an
-OTLP endpoint is configured. The grpc instrumentation's interceptors create server and
-client spans and propagate W3C trace context across services.
+OTLP endpoint is configured. The grpc instrumentation's client interceptors make client
+spans and carry W3C trace context in the metadata; server spans are made by
+`hippo_core.server.interceptors.TracingInterceptor`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.grpc import (
     aio_client_interceptors,
-    aio_server_interceptor,
     client_interceptor,
     grpcext,
 )
@@ -50,7 +50,7 @@ def shutdown() -> None:
 _INFRA_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 
 
-def _traced(details: Any) -> bool:
+def traced(details: Any) -> bool:
     """True for calls that get spans. One prefix test per call: the instrumentation's
     composable filters (negate/any_of/service_prefix) split and normalise the method path
     twice per call, several percent of the gateway's CPU per Recall under load."""
@@ -60,17 +60,13 @@ def _traced(details: Any) -> bool:
     return not str(method).startswith(_INFRA_PREFIXES)
 
 
-def server_interceptor() -> Any:
-    return aio_server_interceptor(filter_=_traced)  # type: ignore[no-untyped-call]
-
-
 def client_interceptors() -> list[Any]:
-    return list(aio_client_interceptors(filter_=_traced))  # type: ignore[no-untyped-call]
+    return list(aio_client_interceptors(filter_=traced))  # type: ignore[no-untyped-call]
 
 
 def traced_blocking_channel(channel: Any) -> Any:
     """`channel` (blocking) with client spans; the context comes from the calling thread."""
-    interceptor = client_interceptor(filter_=_traced)  # type: ignore[no-untyped-call]
+    interceptor = client_interceptor(filter_=traced)  # type: ignore[no-untyped-call]
     return grpcext.intercept_channel(channel, interceptor)  # type: ignore[no-untyped-call]
 
 

@@ -30,6 +30,7 @@ from hippo_core.server.interceptors import (
     ConcurrencyLimitInterceptor,
     ErrorInterceptor,
     MetricsInterceptor,
+    TracingInterceptor,
 )
 from hippo_core.settings import ServiceSettings
 
@@ -98,7 +99,7 @@ class Runner:
         server = grpc.aio.server(
             interceptors=[
                 MetricsInterceptor(),
-                tracing.server_interceptor(),
+                TracingInterceptor(),
                 ErrorInterceptor(),
                 *([CallerInterceptor(svc.callers or {})] if checked else []),
                 ConcurrencyLimitInterceptor(s.max_concurrent_rpcs, s.max_concurrent_per_method),
