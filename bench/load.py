@@ -49,7 +49,7 @@ import grpc
 import numpy as np
 from cluster import worktree
 from google.rpc import error_details_pb2, status_pb2
-from recall_latency import corpus, fill
+from recall_latency import corpus, fill, index_status
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_cli.cluster import LocalCluster, local_cluster
@@ -101,6 +101,22 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             out[name] = (int(fields[11]) + int(fields[12])) / ticks
     return out
+
+
+async def settle_graph(addr: str, start_within: float = 45.0) -> float:
+    """Seconds until the background graph rebuild the load may start is done: measure
+    the steady state a user meets, not the rebuild. The service looks every 30 s
+    (graph_check_s); a build that has not started within `start_within` is not coming
+    (the configuration's threshold is above the load)."""
+    started = time.perf_counter()
+    while True:
+        status = await index_status(addr)
+        if not status.rebuilding and status.vectors_outside_graph == 0:
+            break
+        if not status.rebuilding and time.perf_counter() - started > start_within:
+            break
+        await asyncio.sleep(1.0)
+    return time.perf_counter() - started
 
 
 # -- phases ---------------------------------------------------------------------------------
@@ -351,6 +367,8 @@ def measure(label: str, env: dict[str, str], args: argparse.Namespace) -> dict[s
         retrieval = cluster.addrs["retrieval"]
         rate = asyncio.run(fill(retrieval, TENANT, [USER], args.turns, texts, base))
         print(f"[{label}] {args.turns} turns written ({rate:.0f}/s)", file=sys.stderr)
+        waited = asyncio.run(settle_graph(retrieval))
+        print(f"[{label}] vector graph settled after {waited:.0f} s", file=sys.stderr)
         levels = []
         for clients in args.levels:
             before = cpu_seconds(pids)

@@ -199,14 +199,15 @@ class RetrievalSettings(ServiceSettings):
         "Lower: sooner gone, more rebuilds under frequent erasures.",
     )
     graph_min_points: int = Field(
-        20000,
+        5000,
         ge=0,
         description="The embedded vector index (qdrant-edge) searches vectors one by one "
         "until an HNSW graph holds them. Once this many are outside the graph (and at "
         "least half as many as are in it), a background rebuild builds the graph in a "
         "child process while the live indexes keep serving; any rebuild of at least "
-        "this many vectors builds it too. Minutes of one core per 100k vectors. 0: never "
-        "(exact search only). Ignored with a Qdrant server, which builds its own.",
+        "this many vectors builds it too. Minutes of one core per 100k vectors. At 10k "
+        "vectors of one user the graph saves ~2 ms of a hybrid Recall (docs/recall.md). 0: "
+        "never (exact search only). Ignored with a Qdrant server, which builds its own.",
     )
     threads: int = Field(
         4, ge=1, le=64, description="Worker threads for store and index calls (blocking I/O)."
