@@ -101,6 +101,7 @@ bench: $(STAMP) ## Run the benchmarks (tables on stdout, figures under bench/out
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/influence_eval.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/summary_merge.py
 	$(BIN)/python bench/audit.py
+	$(BIN)/python bench/turn_store.py
 
 deploy-check: $(STAMP) $(PROMETHEUS) ## Offline checks of Dockerfiles, compose, Helm chart, alert rules (no Docker, no cluster)
 	$(BIN)/pytest -q tests/test_containers.py tests/test_chart.py tests/test_alerts.py

@@ -1135,3 +1135,31 @@ def test_locate_gives_session_position_and_speaker(store: Store) -> None:
     assert positions == sorted(positions) and len(set(positions)) == 3
     assert {p.session for p in where.values()} == {"s1"}
     assert store.locate("t1", "u2", [a.memory_id]) == {}  # another user's: absent
+
+
+def test_locate_follows_a_speaker_changed_or_removed(store: Store) -> None:
+    a = _turn(0, metadata={"speaker": "Caroline"})
+    b = _turn(1, metadata={"speaker": "Melanie"})
+    store.append([a, b])
+    store.update_metadata("t1", "u1", a.memory_id, {"speaker": "Caro"}, [])
+    store.update_metadata("t1", "u1", b.memory_id, {}, ["speaker"])
+    where = store.locate("t1", "u1", [a.memory_id, b.memory_id])
+    assert (where[a.memory_id].speaker, where[b.memory_id].speaker) == ("Caro", "")
+
+
+def test_sqlite_locate_reads_the_places_index_not_the_rows(tmp_path: Path) -> None:
+    """Migration 3's covering index answers locate (the neighbour and speaker steps ask
+    it for ~200 ids per hybrid Recall); the rows, with text and vector, stay unread."""
+    store = SqliteTurnStore(tmp_path / "turns.db")
+    try:
+        store.append([_turn(n, metadata={"speaker": "Caroline"}) for n in range(3)])
+        traced: list[str] = []
+        store._conn.set_trace_callback(traced.append)
+        ids = [_turn(n).memory_id for n in range(3)]
+        assert len(store.locate("t1", "u1", ids)) == 3
+        store._conn.set_trace_callback(None)
+        (sql,) = [q for q in traced if "session_id, position" in q]
+        plan = store._conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+        assert any("turns_places" in str(row[-1]) for row in plan), plan
+    finally:
+        store.close()

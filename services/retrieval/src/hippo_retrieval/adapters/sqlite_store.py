@@ -112,6 +112,13 @@ CREATE TABLE model_vectors (
     PRIMARY KEY (tenant, memory_id, model)
 ) WITHOUT ROWID;
 """,
+    # 3: what the neighbour and speaker steps read of each candidate (`locate`, ~200 ids
+    # per hybrid Recall), covered by one index: no probe of the table's rows, which hold
+    # the text and the vector (0.8 -> 0.4 ms for 180 ids at 10k turns).
+    """
+CREATE INDEX turns_places ON turns
+    (tenant, memory_id, user_id, session_id, position, json_extract(metadata, '$.speaker'));
+""",
 ]
 
 # Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
@@ -305,9 +312,11 @@ class SqliteTurnStore:
         with self._locked() as conn:
             for chunk in hippo_sqlite.chunks(wanted):
                 marks = ",".join("?" * len(chunk))
+                # INDEXED BY: the planner's choice between this and UNIQUE (tenant,
+                # memory_id) is a tie it may break either way (it did after ANALYZE).
                 for memory_id, session, position, speaker in conn.execute(
                     "SELECT memory_id, session_id, position, json_extract(metadata, '$.speaker') "
-                    f"FROM turns t WHERE t.tenant = ? AND {BY_ID_USER} "
+                    f"FROM turns t INDEXED BY turns_places WHERE t.tenant = ? AND {BY_ID_USER} "
                     f"AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 ):
