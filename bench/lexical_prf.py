@@ -1,0 +1,154 @@
+"""Pseudo-relevance feedback on the BM25 side (RM3-style), measured and left out.
+
+An experiment, not a feature: each configuration wraps `TantivyIndex.search` so that
+after the first BM25 pass the top M candidates' documents give T expansion terms (stems
+weighted by tf in the document x idf x the document's BM25 score, the query's own terms
+left out), OR-ed with the original query at total weight W, and BM25 runs again. Recall
+is measured as `bench/lexical_parity.py --hybrid --arms tantivy` does: the retrieval
+service in-process over the dev file (typo repair on, the default fusion), so the
+baseline row is the product's default. Turns and questions are embedded once.
+
+    .venv/bin/python bench/lexical_prf.py [--informal SEED] [--grid 3,5,10:5,10,20:0.3,0.6,1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import itertools
+import math
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import lexical_parity as lp
+from tantivy import Occur, Query
+
+import hippo_retrieval.adapters.tantivy_index as ti
+from hippo_cli import locomo
+from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
+from hippo_retrieval.adapters.analysis import clean_text
+from hippo_retrieval.domain.models import Candidate, Scope
+
+DOCUMENTS: dict[str, str] = {}  # memory_id -> its BM25 document (the feedback text)
+
+
+def remember_documents() -> None:
+    stored = lp.stored_turns
+
+    def keep(conversations: list[locomo.Conversation]) -> list[Any]:
+        turns = stored(conversations)
+        DOCUMENTS.update((t.memory_id, t.document) for t in turns)
+        return turns
+
+    lp.stored_turns = keep
+
+
+def embed_once() -> None:
+    """The arms differ in BM25 only: the same texts are embedded once."""
+    encode = OnnxEncoder.encode
+    cache: dict[tuple[str, ...], Any] = {}
+
+    def cached(self: OnnxEncoder, texts: Sequence[str]) -> Any:
+        key = tuple(texts)
+        if key not in cache:
+            cache[key] = encode(self, texts)
+        return cache[key]
+
+    OnnxEncoder.encode = cached  # type: ignore[method-assign, assignment]
+
+
+def with_feedback(
+    search: Callable[..., list[Candidate]], m: int, t: int, w: float
+) -> Callable[..., list[Candidate]]:
+    def prf(self: ti.TantivyIndex, scope: Scope, query: str, limit: int) -> list[Candidate]:
+        first = search(self, scope, query, limit)
+        if len(first) < m:
+            return first
+        searcher = self._index.searcher()
+        own = set(self._analysis.query_terms(query).text)
+        docs = max(1, searcher.num_docs)
+        weights: defaultdict[str, float] = defaultdict(float)
+        for hit in first[:m]:
+            stems = self._analysis.text.analyze(clean_text(DOCUMENTS.get(hit.memory_id, "")))
+            for stem, tf in Counter(stems).items():
+                if stem in own or len(stem) < 3:
+                    continue
+                df = searcher.doc_freq(ti.TEXT, stem)
+                if df:
+                    weights[stem] += tf / len(stems) * math.log(1 + docs / df) * hit.score
+        chosen = sorted(weights.items(), key=lambda kv: -kv[1])[:t]
+        base = self._text_query(query, searcher)
+        if not chosen or base is None:
+            return first
+        total = sum(v for _, v in chosen)
+        expansion = Query.boolean_query(
+            [
+                (Occur.Should, Query.boost_query(self._term(ti.TEXT, s), w * v / total))
+                for s, v in chosen
+            ]
+        )
+        full = Query.boolean_query(
+            [
+                (
+                    Occur.Must,
+                    Query.boolean_query([(Occur.Should, base), (Occur.Should, expansion)]),
+                ),
+                (Occur.Must, Query.const_score_query(self._scope_query(scope), 0.0)),
+            ]
+        )
+        ranked = []
+        for score, address in searcher.search(full, min(limit, docs)).hits:
+            doc = searcher.doc(address)
+            memory_id, time_us = doc.get_first(ti.MEMORY_ID), doc.get_first(ti.TIME)
+            if isinstance(memory_id, str):
+                ranked.append(
+                    (-float(score), time_us if isinstance(time_us, int) else 0, memory_id)
+                )
+        ranked.sort()
+        return [Candidate(memory_id=i, score=-s) for s, _, i in ranked]
+
+    return prf
+
+
+def one_run(args: argparse.Namespace) -> list[str]:
+    """The table row of `lexical_parity --hybrid --arms tantivy`: overall and per group."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        asyncio.run(lp.hybrid(locomo.load(args.data), args))
+    row = out.getvalue().strip().splitlines()[-1]
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=lp.DEFAULT_DATA)
+    parser.add_argument("--informal", type=int, metavar="SEED")
+    parser.add_argument("--grid", default="3,5,10:5,10,20:0.3,0.6,1.0", help="M values:T:W")
+    args = parser.parse_args()
+    args.arms = "tantivy"
+    remember_documents()
+    embed_once()
+    ms, ts, ws = ([float(v) for v in part.split(",")] for part in args.grid.split(":"))
+    search = ti.TantivyIndex.search
+    rows = [("off (the default)", one_run(args))]
+    for m, t, w in itertools.product(ms, ts, ws):
+        ti.TantivyIndex.search = with_feedback(search, int(m), int(t), w)  # type: ignore[method-assign]
+        rows.append((f"M={int(m)} T={int(t)} W={w}", one_run(args)))
+        print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
+    ti.TantivyIndex.search = search  # type: ignore[method-assign]
+    label = "" if args.informal is None else f", informal questions (seed {args.informal})"
+    print(f"\nhybrid R@5 / R@10 / R@25 through RetrievalService, {args.data.name}{label}\n")
+    print("| lexical feedback | all | multi-hop | temporal | single-hop | adversarial |")
+    print("|---|---|---|---|---|---|")
+    for name, cells in rows:
+        print(f"| {name} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[5]} | {cells[6]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
