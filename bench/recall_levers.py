@@ -1,14 +1,21 @@
-"""Pseudo-relevance feedback on the BM25 side (RM3-style), measured and left out.
+"""Recall levers measured and left out (issue 19), each against the default in one run.
 
-An experiment, not a feature: each configuration wraps `TantivyIndex.search` so that
-after the first BM25 pass the top M candidates' documents give T expansion terms (stems
-weighted by tf in the document x idf x the document's BM25 score, the query's own terms
-left out), OR-ed with the original query at total weight W, and BM25 runs again. Recall
-is measured as `bench/lexical_parity.py --hybrid --arms tantivy` does: the retrieval
-service in-process over the dev file (typo repair on, the default fusion), so the
-baseline row is the product's default. Turns and questions are embedded once.
+Recall is measured as `bench/lexical_parity.py --hybrid --arms tantivy` does: the
+retrieval service in-process over the dev file (typo repair on, the default fusion), so
+the "off" row is the product's default. Turns and questions are embedded once. Each lever
+wraps one function for the run; nothing here is a feature.
 
-    .venv/bin/python bench/lexical_prf.py [--informal SEED] [--grid 3,5,10:5,10,20:0.3,0.6,1.0]
+* `--lever prf`: pseudo-relevance feedback on the BM25 side (RM3-style). After the first
+  BM25 pass the top M candidates' documents give T expansion terms (stems weighted by tf
+  in the document x idf x the document's BM25 score, the query's own terms left out),
+  OR-ed with the original query at total weight W, and BM25 runs again.
+  `--grid M values:T values:W values` (default 3,5,10:5,10,20:0.3,0.6,1.0).
+* `--lever convex`: a convex combination of the two lists' scores in place of RRF:
+  alpha x BM25 + (1 - alpha) x cosine, each normalised over its own candidates (min-max,
+  or divided by the list's best: `max`), then the same neighbour and speaker steps.
+  `--grid alpha values:normalisations` (default 0.3,0.4,0.5,0.6,0.7:minmax,max).
+
+    .venv/bin/python bench/recall_levers.py --lever prf|convex [--informal SEED] [--grid ...]
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import itertools
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +36,12 @@ import lexical_parity as lp
 from tantivy import Occur, Query
 
 import hippo_retrieval.adapters.tantivy_index as ti
+import hippo_retrieval.domain.fusion as fusion
+import hippo_retrieval.domain.retriever as retriever
 from hippo_cli import locomo
 from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 from hippo_retrieval.adapters.analysis import clean_text
-from hippo_retrieval.domain.models import Candidate, Scope
+from hippo_retrieval.domain.models import Candidate, FusedHit, Scope
 
 DOCUMENTS: dict[str, str] = {}  # memory_id -> its BM25 document (the feedback text)
 
@@ -124,26 +133,67 @@ def one_run(args: argparse.Namespace) -> list[str]:
     return [c.strip() for c in row.strip("|").split("|")]
 
 
+def convex(alpha: float, normalise: str) -> Callable[..., list[FusedHit]]:
+    """`fusion.fuse` with alpha x BM25 + (1 - alpha) x cosine in place of RRF."""
+    rrf = fusion.fuse
+
+    def fuse(lists: Mapping[str, Sequence[Candidate]], **kw: Any) -> list[FusedHit]:
+        if len(lists) < 2:  # LEXICAL or SEMANTIC mode: one retriever's own ranking
+            return rrf(lists, **kw)
+        fused: dict[str, float] = {}
+        best: dict[str, int] = {}
+        firsts: dict[str, dict[str, tuple[int, float]]] = {}
+        for name, candidates in lists.items():
+            share = alpha if name == retriever.LEXICAL else 1 - alpha
+            first = firsts[name] = {}
+            scores = [c.score for c in candidates] or [0.0]
+            low = min(scores) if normalise == "minmax" else 0.0
+            span = (max(scores) - low) or 1.0
+            for position, c in enumerate(candidates, start=1):
+                if c.memory_id in first:
+                    continue
+                first[c.memory_id] = (position, c.score)
+                fused[c.memory_id] = fused.get(c.memory_id, 0.0) + share * (c.score - low) / span
+                best[c.memory_id] = min(best.get(c.memory_id, position), position)
+        return fusion._steps(
+            fused, best, firsts, kw["limit"], kw.get("places"), kw.get("neighbour_weight", 0.0),
+            kw.get("query", ""), kw.get("speaker_weight", 0.0),
+        )  # fmt: skip
+
+    return fuse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lever", choices=("prf", "convex"), required=True)
     parser.add_argument("--data", type=Path, default=lp.DEFAULT_DATA)
     parser.add_argument("--informal", type=int, metavar="SEED")
-    parser.add_argument("--grid", default="3,5,10:5,10,20:0.3,0.6,1.0", help="M values:T:W")
+    parser.add_argument("--grid", help="the lever's settings (see the module docstring)")
     args = parser.parse_args()
     args.arms = "tantivy"
     remember_documents()
     embed_once()
-    ms, ts, ws = ([float(v) for v in part.split(",")] for part in args.grid.split(":"))
-    search = ti.TantivyIndex.search
     rows = [("off (the default)", one_run(args))]
-    for m, t, w in itertools.product(ms, ts, ws):
-        ti.TantivyIndex.search = with_feedback(search, int(m), int(t), w)  # type: ignore[method-assign]
-        rows.append((f"M={int(m)} T={int(t)} W={w}", one_run(args)))
-        print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
-    ti.TantivyIndex.search = search  # type: ignore[method-assign]
+    if args.lever == "prf":
+        grid = args.grid or "3,5,10:5,10,20:0.3,0.6,1.0"
+        ms, ts, ws = ([float(v) for v in part.split(",")] for part in grid.split(":"))
+        search = ti.TantivyIndex.search
+        for m, t, w in itertools.product(ms, ts, ws):
+            ti.TantivyIndex.search = with_feedback(search, int(m), int(t), w)  # type: ignore[method-assign]
+            rows.append((f"BM25 feedback M={int(m)} T={int(t)} W={w}", one_run(args)))
+            print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
+        ti.TantivyIndex.search = search  # type: ignore[method-assign]
+    else:
+        alphas, norms = (args.grid or "0.3,0.4,0.5,0.6,0.7:minmax,max").split(":")
+        for normalise, alpha in itertools.product(norms.split(","), alphas.split(",")):
+            # The retriever calls the `fuse` it imported: that name is the one to replace.
+            retriever.fuse = convex(float(alpha), normalise)  # type: ignore[attr-defined]
+            rows.append((f"convex alpha={alpha} ({normalise})", one_run(args)))
+            print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
+        retriever.fuse = fusion.fuse  # type: ignore[attr-defined]
     label = "" if args.informal is None else f", informal questions (seed {args.informal})"
     print(f"\nhybrid R@5 / R@10 / R@25 through RetrievalService, {args.data.name}{label}\n")
-    print("| lexical feedback | all | multi-hop | temporal | single-hop | adversarial |")
+    print("| lever | all | multi-hop | temporal | single-hop | adversarial |")
     print("|---|---|---|---|---|---|")
     for name, cells in rows:
         print(f"| {name} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[5]} | {cells[6]} |")
