@@ -13,7 +13,8 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -32,6 +33,7 @@ from hippo_core.server.handlers import Streaming, Unary, rewrap
 log = structlog.stdlib.get_logger("hippo.rpc")
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+S = TypeVar("S")
 # Infrastructure RPCs: never refused by the concurrency limit, so probes keep answering.
 EXEMPT = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
@@ -53,6 +55,47 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
     return str(code.name) if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
+def _observed(
+    handler: grpc.RpcMethodHandler,
+    begin: Callable[[], AbstractContextManager[S]],
+    finish: Callable[[S, grpc.aio.ServicerContext, BaseException | None], None],
+) -> grpc.RpcMethodHandler:
+    """`handler` with every call run inside `begin()`, and `finish(state, context, error)`
+    called as it ends, however it ends (`error`: what it raised, else None): the shape
+    the metrics and tracing interceptors share."""
+
+    def unary(behavior: Unary) -> Unary:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            with begin() as state:
+                error = None
+                try:
+                    return await behavior(request, context)
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    finish(state, context, error)
+
+        return call
+
+    def streaming(behavior: Streaming) -> Streaming:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with begin() as state:
+                error = None
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    finish(state, context, error)
+
+        return call
+
+    return rewrap(handler, unary, streaming)
+
+
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """grpc_server_started/handled_total and grpc_server_handling_seconds per method."""
 
@@ -65,42 +108,17 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         service, method = metrics.split_method(details.method)
         labels = (_grpc_type(handler), service, method)
 
+        def begin() -> AbstractContextManager[float]:
+            metrics.SERVER_STARTED.labels(*labels).inc()
+            return nullcontext(time.perf_counter())
+
         def finish(
             started: float, context: grpc.aio.ServicerContext, error: BaseException | None
         ) -> None:
             metrics.SERVER_HANDLED.labels(*labels, _final_code(context, error)).inc()
             metrics.SERVER_HANDLING_SECONDS.labels(*labels).observe(time.perf_counter() - started)
 
-        def unary(behavior: Unary) -> Unary:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                metrics.SERVER_STARTED.labels(*labels).inc()
-                started, error = time.perf_counter(), None
-                try:
-                    return await behavior(request, context)
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    finish(started, context, error)
-
-            return call
-
-        def streaming(behavior: Streaming) -> Streaming:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                metrics.SERVER_STARTED.labels(*labels).inc()
-                started, error = time.perf_counter(), None
-                try:
-                    async for item in behavior(request, context):
-                        yield item
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    finish(started, context, error)
-
-            return call
-
-        return rewrap(handler, unary, streaming)
+        return _observed(handler, begin, finish)
 
 
 # The statuses that make a server span an error (OpenTelemetry's gRPC conventions): the
@@ -134,7 +152,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         carrier = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}
         parent = propagate.extract(carrier)
 
-        def span() -> Any:
+        def span() -> AbstractContextManager[trace.Span]:
             return self._tracer.start_as_current_span(
                 name,
                 context=parent,
@@ -153,36 +171,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             if code in _SERVER_ERRORS:
                 current.set_status(Status(SpanStatus.ERROR, code))
 
-        def unary(behavior: Unary) -> Unary:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with span() as current:
-                    error = None
-                    try:
-                        return await behavior(request, context)
-                    except BaseException as exc:
-                        error = exc
-                        raise
-                    finally:
-                        finish(current, context, error)
-
-            return call
-
-        def streaming(behavior: Streaming) -> Streaming:
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                with span() as current:
-                    error = None
-                    try:
-                        async for item in behavior(request, context):
-                            yield item
-                    except BaseException as exc:
-                        error = exc
-                        raise
-                    finally:
-                        finish(current, context, error)
-
-            return call
-
-        return rewrap(handler, unary, streaming)
+        return _observed(handler, span, finish)
 
 
 def _status_details(error: HippoError, code: grpc.StatusCode) -> bytes:
