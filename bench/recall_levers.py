@@ -101,25 +101,8 @@ def with_feedback(
                 for s, v in chosen
             ]
         )
-        full = Query.boolean_query(
-            [
-                (
-                    Occur.Must,
-                    Query.boolean_query([(Occur.Should, base), (Occur.Should, expansion)]),
-                ),
-                (Occur.Must, Query.const_score_query(self._scope_query(scope), 0.0)),
-            ]
-        )
-        ranked = []
-        for score, address in searcher.search(full, min(limit, docs)).hits:
-            doc = searcher.doc(address)
-            memory_id, time_us = doc.get_first(ti.MEMORY_ID), doc.get_first(ti.TIME)
-            if isinstance(memory_id, str):
-                ranked.append(
-                    (-float(score), time_us if isinstance(time_us, int) else 0, memory_id)
-                )
-        ranked.sort()
-        return [Candidate(memory_id=i, score=-s) for s, _, i in ranked]
+        expanded = Query.boolean_query([(Occur.Should, base), (Occur.Should, expansion)])
+        return self._ranked(searcher, expanded, scope, limit)
 
     return prf
 

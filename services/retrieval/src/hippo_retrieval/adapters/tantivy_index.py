@@ -210,6 +210,13 @@ class TantivyIndex:
         text_query = self._text_query(query, searcher)
         if text_query is None:
             return []
+        return self._ranked(searcher, text_query, scope, limit)
+
+    def _ranked(
+        self, searcher: Searcher, text_query: Query, scope: Scope, limit: int
+    ) -> list[Candidate]:
+        """The best `limit` of `text_query` inside `scope`, best first, ties broken alike
+        on every replica."""
         full = Query.boolean_query(
             [
                 (Occur.Must, text_query),
