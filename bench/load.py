@@ -356,19 +356,25 @@ def started(env: dict[str, str]) -> Iterator[LocalCluster]:
         yield cluster
 
 
+def load_user(cluster: LocalCluster, turns: int, texts: list[str], label: str) -> None:
+    """USER's `turns` turns written straight into retrieval (the texts' real vectors plus
+    a little noise), then the background graph rebuild they start waited out."""
+    encoder = load(EmbeddingSettings())
+    base = np.asarray(encoder.encode(texts), dtype=np.float32)
+    del encoder
+    retrieval = cluster.addrs["retrieval"]
+    rate = asyncio.run(fill(retrieval, TENANT, [USER], turns, texts, base))
+    print(f"[{label}] {turns} turns written ({rate:.0f}/s)", file=sys.stderr)
+    waited = asyncio.run(settle_graph(retrieval))
+    print(f"[{label}] vector graph settled after {waited:.0f} s", file=sys.stderr)
+
+
 def measure(label: str, env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     texts, questions = corpus()
     print(f"\n[{label}] starting a cluster", file=sys.stderr)
     with started(env) as cluster:
         pids = service_pids(cluster)
-        encoder = load(EmbeddingSettings())
-        base = np.asarray(encoder.encode(texts), dtype=np.float32)
-        del encoder
-        retrieval = cluster.addrs["retrieval"]
-        rate = asyncio.run(fill(retrieval, TENANT, [USER], args.turns, texts, base))
-        print(f"[{label}] {args.turns} turns written ({rate:.0f}/s)", file=sys.stderr)
-        waited = asyncio.run(settle_graph(retrieval))
-        print(f"[{label}] vector graph settled after {waited:.0f} s", file=sys.stderr)
+        load_user(cluster, args.turns, texts, label)
         levels = []
         for clients in args.levels:
             before = cpu_seconds(pids)

@@ -22,12 +22,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-from load import OUT, TENANT, USER, cpu_seconds, recall_level, service_pids, settle_graph, started
-from recall_latency import corpus, fill
-
-from hippo_embedding.adapters import load
-from hippo_embedding.settings import EmbeddingSettings
+from load import OUT, cpu_seconds, load_user, recall_level, service_pids, started
+from recall_latency import corpus
 
 BIN = Path(sys.executable).parent
 
@@ -78,12 +74,7 @@ def main() -> int:
     texts, questions = corpus()
     with started(env) as cluster:
         pids = service_pids(cluster)
-        encoder = load(EmbeddingSettings())
-        base = np.asarray(encoder.encode(texts), dtype=np.float32)
-        del encoder
-        retrieval = cluster.addrs["retrieval"]
-        asyncio.run(fill(retrieval, TENANT, [USER], args.turns, texts, base))
-        asyncio.run(settle_graph(retrieval))
+        load_user(cluster, args.turns, texts, "profile")
         asyncio.run(recall_level(cluster.gateway, args.clients, 3.0, questions))  # warm
         spies = {
             name: subprocess.Popen(
