@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,14 @@ KEY = (("x-api-key", "hippo-local-dev-key"),)
 TENANT = "local"
 USER = "load-user"
 BIN = Path(sys.executable).parent
+
+
+# What a loader waits out and resends; anything else is an error of the bench itself.
+RETRIED = {
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+}
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -195,6 +204,8 @@ async def remember_rate(
                 try:
                     await stub.Remember(request, metadata=KEY, timeout=60)
                 except grpc.aio.AioRpcError as err:
+                    if err.code() not in RETRIED:  # a defect of the bench: stop, do not spin
+                        raise
                     refused[err.code().name] += 1
                     await asyncio.sleep(retry_delay(err) or 0.2)
                     continue
@@ -390,7 +401,8 @@ def measure(label: str, env: dict[str, str], args: argparse.Namespace) -> dict[s
                 file=sys.stderr,
             )
         before = cpu_seconds(pids)
-        remember = asyncio.run(remember_rate(cluster.gateway, 4, args.seconds * 2, texts, label))
+        tag = re.sub(r"[^A-Za-z0-9._:@-]", "-", label)  # user ids allow only these
+        remember = asyncio.run(remember_rate(cluster.gateway, 4, args.seconds * 2, texts, tag))
         after = cpu_seconds(pids)
         stored = max(1.0, remember["turns_s"] * remember["seconds"])
         remember["cpu_ms"] = {
@@ -521,6 +533,14 @@ def main() -> int:
     parser.add_argument("--replay-turns", type=int, default=9000, help="turns replayed")
     parser.add_argument("--no-replay", dest="replay", action="store_false")
     parser.add_argument("--before", help="also phases 1-3 on the code at this git ref")
+    parser.add_argument(
+        "--before-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also phases 1-3 on this code with this setting (repeatable), e.g. "
+        "HIPPO_GATEWAY_LOCAL_QUERY_EMBEDDING=false",
+    )
     args = parser.parse_args()
     if not DATA.exists():
         args.replay = False  # the archive is built from the dev conversations
@@ -529,6 +549,9 @@ def main() -> int:
     if args.before:
         with worktree(args.before) as pythonpath:
             rows.append(measure(f"@{args.before[:7]}", {**env, "PYTHONPATH": pythonpath}, args))
+    if args.before_env:
+        changed = dict(item.split("=", 1) for item in args.before_env)
+        rows.append(measure("@env:" + ",".join(args.before_env), {**env, **changed}, args))
     rows.append(measure("now", env, args))
     texts, _ = corpus()
     embed_rate = embedder_rate(texts)
