@@ -4,8 +4,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PACKAGES := -e libs/proto -e libs/core -e 'libs/encoders[torch]' -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/audit -e services/summariser -e services/gateway -e libs/cli -e libs/client
-SOURCES := libs/core/src libs/encoders/src libs/cli/src libs/client/src services/embedding/src services/injection/src services/retrieval/src services/audit/src services/summariser/src services/gateway/src bench scripts
+PACKAGES := -e libs/proto -e libs/core -e 'services/embedding[torch]' -e services/injection -e services/retrieval -e services/audit -e services/summariser -e services/gateway -e libs/cli -e libs/client
+SOURCES := libs/core/src libs/cli/src libs/client/src services/embedding/src services/injection/src services/retrieval/src services/audit/src services/summariser/src services/gateway/src bench scripts
 TESTS := tests libs/core/tests libs/cli/tests libs/client/tests services/embedding/tests services/injection/tests services/retrieval/tests services/audit/tests services/summariser/tests services/gateway/tests
 
 .DEFAULT_GOAL := help
@@ -13,7 +13,7 @@ TESTS := tests libs/core/tests libs/cli/tests libs/client/tests services/embeddi
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/encoders/pyproject.toml libs/cli/pyproject.toml libs/client/pyproject.toml services/*/pyproject.toml requirements-dev.txt
+$(STAMP): libs/proto/pyproject.toml libs/core/pyproject.toml libs/cli/pyproject.toml libs/client/pyproject.toml services/*/pyproject.toml requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# torch first and pinned: the CPU build on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0

@@ -42,9 +42,8 @@ from embedding import (
     median_result,
 )
 
-from hippo_embedding import adapters
+from hippo_embedding import adapters, specs
 from hippo_embedding.settings import EmbeddingSettings
-from hippo_encoders import specs
 
 
 @dataclass(frozen=True)

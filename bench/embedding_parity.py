@@ -39,8 +39,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from hippo_encoders.onnx_encoder import OnnxEncoder
-    from hippo_encoders.torch_encoder import TorchEncoder
+    from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
+    from hippo_embedding.adapters.torch_encoder import TorchEncoder
 
     texts = turns(args.data)
     if args.limit:

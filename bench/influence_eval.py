@@ -77,7 +77,7 @@ def hard(question: str, seed: int) -> str:
 
 class Embedder:
     def __init__(self) -> None:
-        from hippo_encoders.torch_encoder import TorchEncoder
+        from hippo_embedding.adapters.torch_encoder import TorchEncoder
 
         self._encoder = TorchEncoder(threads=1)
 

@@ -111,7 +111,7 @@ def questions_of(
 
 async def hybrid(conversations: list[locomo.Conversation], args: argparse.Namespace) -> int:
     from hippo_core.embedding import vector_text
-    from hippo_encoders.onnx_encoder import OnnxEncoder
+    from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
     from hippo_retrieval.adapters.generations import LocalIndexSet, QdrantServer
     from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
     from hippo_retrieval.domain.models import Mode, NewTurn

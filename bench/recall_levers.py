@@ -39,7 +39,7 @@ import hippo_retrieval.adapters.tantivy_index as ti
 import hippo_retrieval.domain.fusion as fusion
 import hippo_retrieval.domain.retriever as retriever
 from hippo_cli import locomo
-from hippo_encoders.onnx_encoder import OnnxEncoder
+from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 from hippo_retrieval.adapters.analysis import clean_text
 from hippo_retrieval.domain.models import Candidate, FusedHit, Scope
 

@@ -143,7 +143,6 @@ def _local_deps(pyproject: Path) -> set[str]:
 LOCAL_PATHS = {
     "hippo-proto": "libs/proto",
     "hippo-core": "libs/core",
-    "hippo-encoders": "libs/encoders",
     **{
         f"hippo-{n}": f"services/{n}"
         for n in ("gateway", "embedding", "retrieval", "summariser", "injection", "audit")
@@ -151,8 +150,10 @@ LOCAL_PATHS = {
 }
 
 
-def _local_closure(name: str) -> set[str]:
-    """The service's package and every hippo-* package it needs, directly or not."""
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_image_installs_every_local_dependency_from_its_path(name: str) -> None:
+    """A hippo-* dependency missing from the build would make pip look it up on a public
+    index: at best the build fails, at worst it installs someone else's package."""
     needed = {f"hippo-{name}"}
     todo = [f"hippo-{name}"]
     while todo:
@@ -160,14 +161,6 @@ def _local_closure(name: str) -> set[str]:
         for dep in _local_deps(ROOT / LOCAL_PATHS[pkg] / "pyproject.toml") - needed:
             needed.add(dep)
             todo.append(dep)
-    return needed
-
-
-@pytest.mark.parametrize("name", sorted(SPEC))
-def test_image_installs_every_local_dependency_from_its_path(name: str) -> None:
-    """A hippo-* dependency missing from the build would make pip look it up on a public
-    index: at best the build fails, at worst it installs someone else's package."""
-    needed = _local_closure(name)
     steps = instructions(ROOT / "services" / name / "Dockerfile")
     copied = {a.split()[0] for k, a in steps if k == "COPY" and not a.startswith("--from")}
     installs = " ".join(a for k, a in steps if k == "RUN" and "pip install" in a)
@@ -194,7 +187,7 @@ def _pins() -> dict[str, Version]:
 def test_image_installs_the_pinned_versions(name: str) -> None:
     """pip resolves the newest version of every dependency unless told otherwise: the
     image installs with deploy/constraints.txt (`make constraints`), which pins each
-    third-party dependency of the service and of the hippo-* libraries it installs, at a
+    third-party dependency of the service and of hippo-core and hippo-proto, at a
     version their own specifiers allow. torch is pinned by its own install step."""
     steps = instructions(ROOT / "services" / name / "Dockerfile")
     assert ("COPY", "deploy/constraints.txt /src/constraints.txt") in steps
@@ -202,7 +195,7 @@ def test_image_installs_the_pinned_versions(name: str) -> None:
     assert installs and all("-c /src/constraints.txt" in a for a in installs)
     pins = _pins()
     assert "torch" not in pins and not any(p.startswith("hippo-") for p in pins)
-    for path in sorted(LOCAL_PATHS[pkg] for pkg in _local_closure(name)):
+    for path in ("libs/proto", "libs/core", f"services/{name}"):
         project = tomllib.loads((ROOT / path / "pyproject.toml").read_text())["project"]
         for spec in project["dependencies"]:
             req = Requirement(spec)

@@ -490,15 +490,14 @@ def _trace_of(receiver: OtlpReceiver, service: str, name: str) -> list[Span]:
 
 def test_one_trace_per_request_across_services(telemetry: Telemetry) -> None:
     """Remember reaches injection through the summariser (CountTokens), BuildContext and
-    Chat fan out from the gateway to three and four services (Chat's reply over HTTP),
-    VerifyAudit reaches the audit service. Each is one trace whose spans form one tree
-    rooted at the gateway."""
+    Chat fan out from the gateway to four services (Chat's reply over HTTP), VerifyAudit
+    reaches the audit service. Each is one trace whose spans form one tree rooted at the
+    gateway."""
     receiver = telemetry.receiver
     memory = "/hippo.memory.v1.MemoryService"
     wanted = {
         f"{memory}/Remember": {"embedding", "retrieval", "summariser", "injection"},
-        # Its query is embedded in the gateway itself (a lone Recall: docs/embedding.md).
-        f"{memory}/BuildContext": {"retrieval", "summariser", "injection"},
+        f"{memory}/BuildContext": {"embedding", "retrieval", "summariser", "injection"},
         f"{memory}/VerifyAudit": {"audit"},
         f"{memory}/Chat": {"embedding", "retrieval", "summariser", "injection"},
     }

@@ -11,7 +11,7 @@ import pytest
 
 from hippo.embedding.v1 import embedding_pb2_grpc
 from hippo_core.testing import ServiceProcess, service_process, wait_for
-from hippo_encoders.onnx_encoder import OnnxEncoder
+from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 
 FULL_NAME = "hippo.embedding.v1.EmbeddingService"
 DEV_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "locomo-dev.json"
@@ -44,7 +44,7 @@ def onnx_encoder() -> OnnxEncoder:
 
 @pytest.fixture(scope="session")
 def torch_encoder():  # type: ignore[no-untyped-def]
-    from hippo_encoders.torch_encoder import TorchEncoder
+    from hippo_embedding.adapters.torch_encoder import TorchEncoder
 
     return TorchEncoder(threads=1)
 

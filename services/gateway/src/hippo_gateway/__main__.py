@@ -13,13 +13,12 @@ from hippo_core import client, outbox, tls
 from hippo_core.postgres import Database, engine
 from hippo_core.server.app import Service, run
 from hippo_core.tokenizer import ModelTokenizer
-from hippo_gateway.adapters import fingerprint_key, local_query_embedder, spool, spool_store
+from hippo_gateway.adapters import fingerprint_key, spool, spool_store
 from hippo_gateway.adapters.audit_client import GrpcAuditLog
 from hippo_gateway.adapters.embedding_client import GrpcEmbedder, GrpcEmbeddingCaches
 from hippo_gateway.adapters.embedding_model import LiveModel
 from hippo_gateway.adapters.influence_client import GrpcInfluencer
 from hippo_gateway.adapters.llm_client import TgiLlm
-from hippo_gateway.adapters.local_query_embedder import LocalQueryEmbedder
 from hippo_gateway.adapters.local_tokenizer import LocalTokenizer
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
@@ -188,18 +187,7 @@ def build(settings: GatewaySettings) -> Service:
         # replies, the embedder asks for it (an online model switch reaches the gateway).
         live_model = LiveModel()
         embedder = GrpcEmbedder(embedding, live_model)
-
-        # The query's model loads here while the embedding service warms up.
-        async def query_encoder() -> tuple[local_query_embedder.QueryEncoder | None, str]:
-            if not settings.local_query_embedding:
-                return None, "off (HIPPO_GATEWAY_LOCAL_QUERY_EMBEDDING=false)"
-            return await asyncio.to_thread(local_query_embedder.load_encoder)
-
-        loading = asyncio.create_task(query_encoder())
         await embedder.connect(timeout=settings.peer_wait_seconds)
-        encoder, why_not = await loading
-        query_embedder = LocalQueryEmbedder(embedder, live_model, encoder)
-        await query_embedder.verify(why_not)
         recorder = None
         if settings.audit_addr:
             state = await asyncio.to_thread(audit_state, settings)
@@ -222,7 +210,6 @@ def build(settings: GatewaySettings) -> Service:
             memtoks=influencer if settings.injection_addr else None,
             quotas=limits,
             caches=GrpcEmbeddingCaches(settings.embedding_addr, settings.client, settings.tls),
-            query_embedder=query_embedder,
         )
         builder = ContextBuilder(
             memory,

@@ -10,13 +10,6 @@ RECALL_SECONDS = Histogram(
     ["mode"],
     buckets=(0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-QUERY_EMBEDDINGS = Counter(
-    "hippo_gateway_query_embeddings",
-    "Recall queries embedded, by where: gateway (in process, adapters/local_query_embedder.py) "
-    "or service (the embedding service: the model does not run here, or the live index is "
-    "of another model).",
-    ["where"],
-)
 RECALL_HITS = Histogram(
     "hippo_gateway_recall_hits",
     "Hits returned by one Recall, by mode.",
@@ -58,8 +51,6 @@ AUDIT_RECORD_SECONDS = Histogram(
 for _mode in ("hybrid", "lexical", "semantic"):
     RECALL_SECONDS.labels(_mode)
     RECALL_HITS.labels(_mode)
-for _label in ("gateway", "service"):
-    QUERY_EMBEDDINGS.labels(_label)
 for _label in ("created", "deduplicated"):
     TURNS.labels(_label)
 for _label in ("spool", "direct"):

@@ -246,16 +246,6 @@ class GatewaySettings(ServiceSettings):
         "schema, where every replica reads the same one (and whoever reads that schema "
         "can read the key: set it from a secret to keep it out of the database).",
     )
-    local_query_embedding: bool = Field(
-        True,
-        description="Embed a Recall's query inside the gateway while no other Recall is in "
-        "flight here: one gRPC hop less (one client's p50 ~3-5 ms lower, docs/embedding.md). "
-        "Only where the encoders library is installed (the embedded default; not the "
-        "container image) and its default model, loaded from the HIPPO_EMBEDDING_* "
-        "settings, gives the service's own vector for a probe sentence at start. Under "
-        "load, and for Remember's turns, the embedding service embeds. ~80 MB more "
-        "memory here.",
-    )
     peer_wait_seconds: float = Field(
         120.0,
         gt=0,

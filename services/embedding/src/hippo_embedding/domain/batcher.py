@@ -34,7 +34,7 @@ import numpy as np
 from hippo_core import context as request_context
 from hippo_core.errors import ResourceExhausted, Unavailable
 from hippo_embedding import metrics
-from hippo_encoders.encoder import Vectors
+from hippo_embedding.domain.encoder import Vectors
 
 EWMA_ALPHA = 0.2
 # RetryInfo bounds: long enough to matter, short enough that a drained queue is refilled.

@@ -14,7 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from hippo_embedding import metrics
-from hippo_encoders.encoder import Vectors
+from hippo_embedding.domain.encoder import Vectors
 
 
 def key(model: str, text: str) -> bytes:

@@ -11,8 +11,8 @@ from hippo_core.errors import InvalidArgument
 from hippo_embedding import metrics
 from hippo_embedding.domain.batcher import MicroBatcher
 from hippo_embedding.domain.cache import VectorCache, key
+from hippo_embedding.domain.encoder import Encoder, Vectors
 from hippo_embedding.domain.validation import Limits, validate
-from hippo_encoders.encoder import Encoder, Vectors
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,7 @@ from hippo_gateway.domain.models import (
     TurnIn,
     TurnToStore,
 )
-from hippo_gateway.domain.ports import (
-    Embedder,
-    EmbeddingCaches,
-    Memtoks,
-    QueryEmbedder,
-    Sessions,
-    TurnStore,
-)
+from hippo_gateway.domain.ports import Embedder, EmbeddingCaches, Memtoks, Sessions, TurnStore
 from hippo_gateway.domain.quota import Quotas
 
 
@@ -69,12 +62,8 @@ class MemoryService:
         memtoks: Memtoks | None = None,
         quotas: Quotas | None = None,
         caches: EmbeddingCaches | None = None,
-        query_embedder: QueryEmbedder | None = None,
     ) -> None:
         self._embedder = embedder
-        # Recall's query (one short text, latency first); None = through `embedder`.
-        self._query_embedder = query_embedder
-        self._recalls = 0  # Recalls in flight in this process (QueryEmbedder's `alone`)
         # The embedding service's vector caches, emptied on Forget; None = none to empty.
         self._caches = caches
         # Per-tenant stored-turn quotas (domain/quota.py); None = unlimited.
@@ -163,25 +152,16 @@ class MemoryService:
         """`audited=False` for callers that record the recall in their own entry
         (BuildContext's "context" entry holds the hits it used and skipped)."""
         validation.check_recall(query)
-        self._recalls += 1
-        try:
-            with metrics.RECALL_SECONDS.labels(query.mode.value).time():
-                vector, model = None, ""
-                if query.mode != Mode.LEXICAL:
-                    embedding = await self._embed_query(query.query)
-                    vector, model = embedding.vectors[0], embedding.model
-                result = await self._store.search(tenant, query, vector, model)
-        finally:
-            self._recalls -= 1
+        with metrics.RECALL_SECONDS.labels(query.mode.value).time():
+            vector, model = None, ""
+            if query.mode != Mode.LEXICAL:
+                embedding = await self._embedder.embed([query.query])
+                vector, model = embedding.vectors[0], embedding.model
+            result = await self._store.search(tenant, query, vector, model)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
         if audited and self._audit is not None:
             await self._audit.recalled(tenant, query, result)
         return result
-
-    async def _embed_query(self, text: str) -> Embedding:
-        if self._query_embedder is None:
-            return await self._embedder.embed([text])
-        return await self._query_embedder.embed_query(text, alone=self._recalls == 1)
 
     async def forget(self, tenant: str, target: ForgetTarget) -> Forgotten:
         if target.kind == "memories":

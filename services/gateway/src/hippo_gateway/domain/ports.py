@@ -34,14 +34,6 @@ from hippo_gateway.domain.models import (
 )
 
 
-class QueryEmbedder(Protocol):
-    async def embed_query(self, text: str, *, alone: bool) -> Embedding:
-        """One query's vector, as `Embedder.embed` would give it. `alone`: no other
-        Recall is in flight here, so the adapter may spend this process's own time on it
-        rather than a call to another."""
-        ...
-
-
 class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> Embedding:
         """Unit vectors for the texts, in order, all from one model, and that model's

