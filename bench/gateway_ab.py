@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 from recall_latency import corpus
+from stats import percentile
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_core.listen import reserve_port
@@ -32,11 +33,6 @@ from hippo_core.testing import service_process, wait_for
 KEY = "ab-key"
 HEADERS = (("x-api-key", KEY),)
 USER = "ab-user"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 def main() -> int:
@@ -115,10 +111,8 @@ def main() -> int:
     print("\n| gateway | Recalls | p50 ms | p95 ms | mean ms |")
     print("|---|---|---|---|---|")
     for arm, values in latencies.items():
-        print(
-            f"| {arm} | {len(values)} | {pct(values, 50):.2f} | {pct(values, 95):.2f} "
-            f"| {statistics.fmean(values):.2f} |"
-        )
+        p50, p95 = percentile(values, 50), percentile(values, 95)
+        print(f"| {arm} | {len(values)} | {p50:.2f} | {p95:.2f} | {statistics.fmean(values):.2f} |")
     return 0
 
 

@@ -539,7 +539,7 @@ def main() -> int:
         default=[],
         metavar="KEY=VALUE",
         help="also phases 1-3 on this code with this setting (repeatable), e.g. "
-        "HIPPO_GATEWAY_LOCAL_QUERY_EMBEDDING=false",
+        "HIPPO_RETRIEVAL_GRAPH_MIN_POINTS=20000",
     )
     args = parser.parse_args()
     if not DATA.exists():
