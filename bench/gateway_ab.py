@@ -9,6 +9,10 @@ service, the ones a setting does not touch included: a gain of a few millisecond
 can be the order of the arms (docs/operations.md).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/gateway_ab.py --setting NAME=A,B [--rounds 3]
+        [--informal SEED]
+
+`--informal SEED` asks the questions as people type them (bench/informal.py). The
+embedding service's cache is off, so every Recall embeds its query.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
+from informal import informal
 from recall_latency import corpus
 from stats import percentile
 
@@ -42,15 +47,22 @@ def main() -> int:
     parser.add_argument(
         "--setting", required=True, help="NAME=A,B: HIPPO_GATEWAY_<NAME> of the two gateways"
     )
+    parser.add_argument("--informal", type=int, metavar="SEED", help="typo-laden questions")
     args = parser.parse_args()
     name, _, values = args.setting.partition("=")
     arms = values.split(",")
     if not name or len(arms) != 2:
         parser.error("--setting wants NAME=A,B")
     texts, questions = corpus()
+    if args.informal is not None:
+        questions = [informal(q, args.informal) for q in questions]
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hippo-ab-")))
-        embedding = stack.enter_context(service_process("hippo_embedding", "HIPPO_EMBEDDING_"))
+        embedding = stack.enter_context(
+            service_process(
+                "hippo_embedding", "HIPPO_EMBEDDING_", {"HIPPO_EMBEDDING_CACHE_ENTRIES": "0"}
+            )
+        )
         retrieval = stack.enter_context(
             service_process(
                 "hippo_retrieval",

@@ -40,6 +40,7 @@ class FakeStore:
         self.rows: dict[tuple[str, str], TurnToStore] = {}
         self.deletes: list[tuple[str, str, str | None, list[str]]] = []
         self.searches: list[tuple[Vectors | None, str]] = []
+        self.queries: list[str] = []
 
     async def write(
         self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
@@ -67,6 +68,7 @@ class FakeStore:
         self, tenant: str, query: RecallQuery, vector: Vectors | None, vector_model: str = ""
     ) -> Recalled:
         self.searches.append((vector, vector_model))
+        self.queries.append(query.query)
         return Recalled([], 0, 0)
 
     async def delete(
@@ -152,6 +154,17 @@ async def test_recall_searches_with_the_query_vectors_model(parts) -> None:  # t
     (vector, model), (no_vector, no_model) = store.searches
     assert vector is not None and vector.shape == (4,) and model == "other-model"
     assert no_vector is None and no_model == ""  # lexical: nothing embedded, no model
+
+
+async def test_the_query_is_embedded_repaired_and_searched_as_typed() -> None:
+    """The speller of domain/spelling.py changes what the embedder sees; BM25 (the turn
+    store's search) gets the words as typed and repairs them against its own index."""
+    embedder, store = FakeEmbedder(), FakeStore()
+    service = MemoryService(embedder, store, query_text=lambda q: q.replace("reserch", "research"))
+    await service.recall("t", RecallQuery(user="u", query="wat did she reserch", mode=Mode.HYBRID))
+    await service.recall("t", RecallQuery(user="u", query="reserch", mode=Mode.LEXICAL))
+    assert embedder.calls == [["wat did she research"]]  # lexical: nothing embedded
+    assert store.queries == ["wat did she reserch", "reserch"]
 
 
 async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # type: ignore[no-untyped-def]

@@ -23,6 +23,7 @@ from hippo_gateway.adapters.local_tokenizer import LocalTokenizer
 from hippo_gateway.adapters.retrieval_client import GrpcTurnStore
 from hippo_gateway.adapters.session_client import GrpcSessions, NoSessions
 from hippo_gateway.adapters.tokenizer_client import GrpcTokenizer, NoTokenizer
+from hippo_gateway.adapters.word_frequencies import english_word_counts
 from hippo_gateway.domain.audit_recorder import AuditRecorder, RecorderConfig
 from hippo_gateway.domain.audit_trail import AuditTrail
 from hippo_gateway.domain.auth import Authenticator, KeyGrant
@@ -32,6 +33,7 @@ from hippo_gateway.domain.listing import Listings
 from hippo_gateway.domain.memory import MemoryService
 from hippo_gateway.domain.ports import Llm, Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
+from hippo_gateway.domain.spelling import QuerySpeller
 from hippo_gateway.domain.transfer import Transfers
 from hippo_gateway.openai_api import OpenAiApi
 from hippo_gateway.servicer import MemoryServicer
@@ -200,6 +202,9 @@ def build(settings: GatewaySettings) -> Service:
         influencer = GrpcInfluencer(injection, settings.llm_timeout_seconds)
         store = GrpcTurnStore(retrieval, live_model)
         limits.count_turns_with(store.tenant_turns)
+        speller = None
+        if settings.query_spelling:
+            speller = QuerySpeller(await asyncio.to_thread(english_word_counts))
         memory = MemoryService(
             embedder,
             store,
@@ -210,6 +215,7 @@ def build(settings: GatewaySettings) -> Service:
             memtoks=influencer if settings.injection_addr else None,
             quotas=limits,
             caches=GrpcEmbeddingCaches(settings.embedding_addr, settings.client, settings.tls),
+            query_text=speller.correct if speller is not None else None,
         )
         builder = ContextBuilder(
             memory,

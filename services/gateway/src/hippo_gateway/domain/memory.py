@@ -62,8 +62,11 @@ class MemoryService:
         memtoks: Memtoks | None = None,
         quotas: Quotas | None = None,
         caches: EmbeddingCaches | None = None,
+        query_text: Callable[[str], str] | None = None,
     ) -> None:
         self._embedder = embedder
+        # What of a Recall query is embedded (domain/spelling.py repairs slips); None = as is.
+        self._query_text = query_text
         # The embedding service's vector caches, emptied on Forget; None = none to empty.
         self._caches = caches
         # Per-tenant stored-turn quotas (domain/quota.py); None = unlimited.
@@ -155,7 +158,8 @@ class MemoryService:
         with metrics.RECALL_SECONDS.labels(query.mode.value).time():
             vector, model = None, ""
             if query.mode != Mode.LEXICAL:
-                embedding = await self._embedder.embed([query.query])
+                text = query.query if self._query_text is None else self._query_text(query.query)
+                embedding = await self._embedder.embed([text])
                 vector, model = embedding.vectors[0], embedding.model
             result = await self._store.search(tenant, query, vector, model)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))

@@ -1,0 +1,125 @@
+"""Typing slips repaired in a Recall query before it is embedded (the vector side only).
+
+People type "wat is carolines relatioonship status". BM25 repairs its own side against
+the words the user's turns hold (the retrieval service's typo repair), but the embedder
+sees the slip: MiniLM cuts "relatioonship" into word pieces that mean little, and on
+typo-laden questions semantic recall fell from R@10 47.9 to 39.0 (docs/recall.md).
+
+The repair is Norvig's: a word of 4 to 20 letters that a frequency list of the language
+does not hold, in any of its usual inflections, becomes the most frequent listed word
+one edit away (a letter dropped, added or replaced, two neighbours swapped); a word
+with no such neighbour stays as typed. Known words are never changed, so a clean query is
+embedded as it was. Left alone: words with digits, apostrophes or letters outside a-z
+(`18th`, `hadn't`, `café`), and capitalised words inside a sentence ("Gina", "Ojai"):
+names are the words a list knows least. At most MAX_REPAIRS unknown words are looked at
+per query, so a query of noise costs a few milliseconds, not a hundred. The list is one
+language's; a deployment whose users write another turns the repair off
+(HIPPO_GATEWAY_QUERY_SPELLING).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+MIN_LETTERS = 4  # "wat", "abt", "pls": short chat words are meant, not slips
+MAX_LETTERS = 20  # longer "words" are identifiers or noise, not slips
+# Unknown words looked at per query: a repair costs ~0.1-0.3 ms of the gateway's event
+# loop, and a 4 KiB query of noise would otherwise hold it for ~70 ms.
+MAX_REPAIRS = 12
+CACHE_SIZE = 8192  # words; repairs repeat (names, common slips)
+# A word outside the list may be an inflection of one inside it ("hoodies" when only
+# "hoodie" is listed would otherwise become "goodies").
+SUFFIXES = (
+    ("ies", "y"),
+    ("es", ""),
+    ("s", ""),
+    ("ed", ""),
+    ("ed", "e"),
+    ("ing", ""),
+    ("ing", "e"),
+    ("er", ""),
+    ("ly", ""),
+)
+# Whole ASCII words: not part of a longer word with digits, apostrophes or other letters.
+_WORD = re.compile(r"(?<![\w'’])[A-Za-z]+(?![\w'’])")
+SENTENCE_ENDS = ".!?:"
+
+
+def one_edit(word: str) -> set[str]:
+    """Every string one edit from `word`: a letter dropped, two neighbours swapped, a
+    letter replaced, or a letter added."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    return (
+        {a + b[1:] for a, b in splits if b}
+        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+        | {a + c + b[1:] for a, b in splits if b for c in LETTERS}
+        | {a + c + b for a, b in splits for c in LETTERS}
+    )
+
+
+class QuerySpeller:
+    """`correct(text)`: the text with each slip replaced (see the module docstring)."""
+
+    def __init__(self, frequencies: Mapping[str, int], min_letters: int = MIN_LETTERS) -> None:
+        self._freq = frequencies
+        self._min = min_letters
+        self._cache: dict[str, str] = {}
+
+    def known(self, word: str) -> bool:
+        """`word` (lower case) or the stem of one of its usual inflections is listed."""
+        if word in self._freq:
+            return True
+        return any(
+            word.endswith(suffix) and word[: len(word) - len(suffix)] + stem in self._freq
+            for suffix, stem in SUFFIXES
+            if len(word) - len(suffix) >= 3
+        )
+
+    def repair(self, word: str) -> str:
+        """The listed word one edit from `word` (lower case) with the highest count, or
+        `word` itself when it is known or has no listed neighbour."""
+        found = self._cache.get(word)
+        if found is not None:
+            return found
+        if not self._min <= len(word) <= MAX_LETTERS or self.known(word):
+            found = word
+        else:
+            # Ties (equal counts) break alphabetically, so a repair never depends on
+            # set order.
+            counted = [(self._freq[w], w) for w in one_edit(word) if w in self._freq]
+            found = min(counted, key=lambda c: (-c[0], c[1]))[1] if counted else word
+        if len(self._cache) >= CACHE_SIZE:
+            self._cache.clear()
+        self._cache[word] = found
+        return found
+
+    def correct(self, text: str) -> str:
+        budget = MAX_REPAIRS
+
+        def one(match: re.Match[str]) -> str:
+            nonlocal budget
+            word = match.group(0)
+            if word[0].isupper() and not _starts_sentence(text, match.start()):
+                return word  # capitalised inside a sentence: a name, left as typed
+            lower = word.lower()
+            costly = self._min <= len(lower) <= MAX_LETTERS and lower not in self._cache
+            if costly and not self.known(lower):
+                if budget == 0:
+                    return word
+                budget -= 1
+            repaired = self.repair(lower)
+            if repaired == lower:
+                return word
+            return repaired.capitalize() if word[0].isupper() else repaired
+
+        return _WORD.sub(one, text)
+
+
+def _starts_sentence(text: str, start: int) -> bool:
+    """Nothing but blanks between `start` and the text's start or a sentence's end."""
+    i = start - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return i < 0 or text[i] in SENTENCE_ENDS

@@ -1,0 +1,98 @@
+"""The query speller (domain/spelling.py) over a small word list, and over the real English
+list the gateway loads (adapters/word_frequencies.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hippo_gateway.adapters.word_frequencies import english_word_counts
+from hippo_gateway.domain.spelling import QuerySpeller, one_edit
+
+COUNTS = {
+    "what": 900, "is": 950, "the": 999, "status": 40, "relationship": 60, "research": 50,
+    "reach": 80, "did": 700, "group": 300, "grout": 2, "caroline": 30, "hoodie": 5,
+    "goodies": 9, "bake": 20, "baked": 3, "cake": 40, "make": 400, "lake": 30,
+}  # fmt: skip
+
+
+@pytest.fixture
+def speller() -> QuerySpeller:
+    return QuerySpeller(COUNTS)
+
+
+def test_one_edit_covers_drop_swap_replace_and_insert() -> None:
+    edits = one_edit("gorup")
+    assert {"goup", "group", "gorep", "gorupx"} <= edits
+    assert "gruop" not in edits  # two edits away
+    # 5 drops, 4 swaps, 5 x 26 replacements, 6 x 26 insertions, deduplicated.
+    assert len(edits) <= 5 + 4 + 5 * 26 + 6 * 26
+
+
+def test_a_slip_becomes_the_most_frequent_listed_word_one_edit_away(speller) -> None:  # type: ignore[no-untyped-def]
+    assert speller.correct("what is the relatioonship status") == (
+        "what is the relationship status"
+    )
+    assert speller.correct("what did caroline reserch") == "what did caroline research"
+    # "gorup" is one edit from "group" and from nothing else listed.
+    assert speller.correct("the support gorup") == "the support group"
+    # "nake" is one edit from make, cake, lake and bake: the most frequent wins.
+    assert speller.correct("nake") == "make"
+    assert speller.correct("ake") == "ake"  # under four letters: left alone
+
+
+def test_known_words_short_words_and_unfixable_words_stay_as_typed(speller) -> None:  # type: ignore[no-untyped-def]
+    clean = "What is the relationship status?"
+    assert speller.correct(clean) == clean  # nothing to repair: the text is untouched
+    assert speller.correct("wat is teh status") == "wat is teh status"  # 3 letters: meant
+    assert speller.correct("zzzzqq status") == "zzzzqq status"  # no listed neighbour
+    # An inflection of a listed word is known: "hoodies" is not "goodies".
+    assert speller.correct("the hoodies") == "the hoodies"
+    assert speller.correct("baking cakes") == "baking cakes"
+
+
+def test_names_numbers_apostrophes_and_other_scripts_are_left_alone(speller) -> None:  # type: ignore[no-untyped-def]
+    # Capitalised inside a sentence: a name the list may not hold.
+    assert speller.correct("did Carolne go") == "did Carolne go"
+    # ... but the first word of a sentence is an ordinary word.
+    assert speller.correct("Whar is it. Reserch it") == "What is it. Research it"
+    assert speller.correct("the 18th reserch2 café grup's") == "the 18th reserch2 café grup's"
+
+
+def test_repairs_are_cached_and_the_cache_is_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import hippo_gateway.domain.spelling as spelling
+
+    monkeypatch.setattr(spelling, "CACHE_SIZE", 3)
+    speller = QuerySpeller(COUNTS)
+    calls = []
+    original = spelling.one_edit
+    monkeypatch.setattr(spelling, "one_edit", lambda w: calls.append(w) or original(w))
+    assert speller.correct("reserch reserch") == "research research"
+    assert calls == ["reserch"]
+    speller.correct("gorup zzzzqq relatioonship statsu")  # overflows the cache: cleared
+    assert len(speller._cache) <= 3
+
+
+def test_the_english_list_repairs_common_slips_and_keeps_names() -> None:
+    counts = english_word_counts()
+    assert len(counts) > 100_000 and counts["the"] > counts["relationship"] > 0
+    speller = QuerySpeller(counts)
+    typed = "remind me wat is melanies relatioonship status and her birthdsy"
+    assert speller.correct(typed) == (
+        "remind me wat is melanies relationship status and her birthday"
+    )
+    clean = "When did Caroline go to the LGBTQ support group in Boston?"
+    assert speller.correct(clean) == clean
+
+
+def test_a_query_of_noise_costs_a_bounded_number_of_repairs(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import hippo_gateway.domain.spelling as spelling
+
+    speller = QuerySpeller(COUNTS)
+    calls = []
+    original = spelling.one_edit
+    monkeypatch.setattr(spelling, "one_edit", lambda w: calls.append(w) or original(w))
+    noise = " ".join(f"qx{chr(97 + i % 26)}{chr(97 + i // 26)}zv" for i in range(300))
+    assert speller.correct(noise + " reserch") == noise + " reserch"  # past the budget
+    assert len(calls) == spelling.MAX_REPAIRS
+    assert speller.correct("x" * 21 + "s") == "x" * 21 + "s"  # too long to be a slip
+    assert len(calls) == spelling.MAX_REPAIRS
