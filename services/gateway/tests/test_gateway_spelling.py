@@ -96,3 +96,11 @@ def test_a_query_of_noise_costs_a_bounded_number_of_repairs(monkeypatch) -> None
     assert len(calls) == spelling.MAX_REPAIRS
     assert speller.correct("x" * 21 + "s") == "x" * 21 + "s"  # too long to be a slip
     assert len(calls) == spelling.MAX_REPAIRS
+
+
+def test_a_missing_word_list_names_the_package_and_the_setting(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import hippo_gateway.adapters.word_frequencies as word_frequencies
+
+    monkeypatch.setattr(word_frequencies, "PACKAGE", "no_such_package_here")
+    with pytest.raises(RuntimeError, match=r"pyspellchecker.*HIPPO_GATEWAY_QUERY_SPELLING=false"):
+        word_frequencies.english_word_counts()

@@ -17,6 +17,12 @@ ENGLISH = "resources/en.json.gz"
 
 
 def english_word_counts() -> dict[str, int]:
-    data = (resources.files(PACKAGE) / ENGLISH).read_bytes()
+    try:
+        data = (resources.files(PACKAGE) / ENGLISH).read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise RuntimeError(
+            f"the query speller needs the English word list of the pyspellchecker package "
+            f"({e}): install it, or set HIPPO_GATEWAY_QUERY_SPELLING=false"
+        ) from e
     counts = json.loads(gzip.decompress(data))
     return {str(word): int(count) for word, count in counts.items()}
