@@ -14,8 +14,17 @@ wraps one function for the run; nothing here is a feature.
   alpha x BM25 + (1 - alpha) x cosine, each normalised over its own candidates (min-max,
   or divided by the list's best: `max`), then the same neighbour and speaker steps.
   `--grid alpha values:normalisations` (default 0.3,0.4,0.5,0.6,0.7:minmax,max).
+* `--lever speaker-list`: when the query names one speaker (the speaker step's rule), a
+  third list fused beside the two: the query vector's nearest turns among that speaker's
+  own (an exact search over the user's turns), at weight W, or in place of the vector
+  list (`replace`). `--grid` weights or `replace` (default 0.5,1.0,replace).
+* `--lever query-form`: the vector side searched with the question rewritten to look like
+  a turn: `prefix` ("Melanie: <question>" when it names one speaker), `strip` (question
+  words and auxiliaries dropped, then the prefix), `strip-noname` (dropped, the name
+  too). In place of the vector list, or fused beside it (`+`: both at weight 0.5).
+  `--grid` forms (default prefix,strip,strip-noname,prefix+,strip+,strip-noname+).
 
-    .venv/bin/python bench/recall_levers.py --lever prf|convex [--informal SEED] [--grid ...]
+    .venv/bin/python bench/recall_levers.py --lever LEVER [--informal SEED] [--grid ...]
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import contextlib
 import io
 import itertools
 import math
+import re
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import lexical_parity as lp
+import numpy as np
 from tantivy import Occur, Query
 
 import hippo_retrieval.adapters.tantivy_index as ti
@@ -41,9 +52,13 @@ import hippo_retrieval.domain.retriever as retriever
 from hippo_cli import locomo
 from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
 from hippo_retrieval.adapters.analysis import clean_text
-from hippo_retrieval.domain.models import Candidate, FusedHit, Scope
+from hippo_retrieval.domain.models import Candidate, FusedHit, Place, Scope
 
 DOCUMENTS: dict[str, str] = {}  # memory_id -> its BM25 document (the feedback text)
+TURNS: list[Any] = []  # the stored turns, in the order their vectors were encoded
+VECTORS: list[Any] = []  # [the turns' vectors]: the first batch the encoder made
+ENCODER: list[OnnxEncoder] = []
+SEARCHED: dict[str, Any] = {}  # the scope and vector of the search being fused
 
 
 def remember_documents() -> None:
@@ -52,6 +67,7 @@ def remember_documents() -> None:
     def keep(conversations: list[locomo.Conversation]) -> list[Any]:
         turns = stored(conversations)
         DOCUMENTS.update((t.memory_id, t.document) for t in turns)
+        TURNS[:] = turns
         return turns
 
     lp.stored_turns = keep
@@ -66,6 +82,9 @@ def embed_once() -> None:
         key = tuple(texts)
         if key not in cache:
             cache[key] = encode(self, texts)
+        if not VECTORS:  # lexical_parity encodes the turns first
+            VECTORS.append(np.asarray(cache[key], dtype=np.float32))
+            ENCODER.append(self)
         return cache[key]
 
     OnnxEncoder.encode = cached  # type: ignore[method-assign, assignment]
@@ -146,9 +165,118 @@ def convex(alpha: float, normalise: str) -> Callable[..., list[FusedHit]]:
     return fuse
 
 
+def remember_searches() -> None:
+    """Each search's scope and query vector, for a fuse that searches again."""
+    search = retriever.Retriever.search
+
+    def keep(self: retriever.Retriever, scope: Scope, query: str, vector: Any, *a: Any) -> Any:
+        SEARCHED.update(scope=scope, vector=vector)
+        return search(self, scope, query, vector, *a)
+
+    retriever.Retriever.search = keep  # type: ignore[method-assign, assignment]
+
+
+def nearest(vector: Any, speaker: str | None = None, n: int = 100) -> list[Candidate]:
+    """An exact vector search over the searched user's turns (one speaker's only)."""
+    user = SEARCHED["scope"].user
+    rows = [
+        i
+        for i, t in enumerate(TURNS)
+        if t.user == user and (speaker is None or t.metadata.get("speaker") == speaker)
+    ]
+    scores = VECTORS[0][rows] @ np.asarray(vector, dtype=np.float32)
+    order = np.argsort(-scores)[:n]
+    return [Candidate(TURNS[rows[o]].memory_id, float(scores[o])) for o in order]
+
+
+def places_too(places: Callable[[list[str]], Any] | None) -> Callable[[list[str]], Any] | None:
+    """Places from the stored turns (as the store numbers them: 1-based, in arrival
+    order), for the candidates a new list adds too; None when the search has no steps."""
+    if places is None:
+        return None
+    position: dict[str, Place] = {}
+    counted: Counter[tuple[str, str]] = Counter()
+    for t in TURNS:
+        counted[(t.user, t.session)] += 1
+        position[t.memory_id] = Place(
+            t.session, counted[(t.user, t.session)], t.metadata.get("speaker", "")
+        )
+    return lambda ids: {m: position[m] for m in ids if m in position}  # fmt: skip
+
+
+def speaker_list(setting: str) -> Callable[..., list[FusedHit]]:
+    rrf = fusion.fuse
+
+    def fuse(lists: Mapping[str, Sequence[Candidate]], **kw: Any) -> list[FusedHit]:
+        places = kw.get("places")
+        if len(lists) < 2 or places is None:
+            return rrf(lists, **kw)
+        ids = list({c.memory_id for cands in lists.values() for c in cands})
+        speakers = {p.speaker for p in places(ids).values() if p.speaker}
+        speaker = fusion.named_speaker(kw.get("query", ""), speakers)
+        if speaker is None:
+            return rrf(lists, **kw)
+        own = nearest(SEARCHED["vector"], speaker)
+        weights = dict(kw["weights"])
+        if setting == "replace":
+            lists = {**lists, retriever.SEMANTIC: own}
+        else:
+            lists = {**lists, "speaker": own}
+            weights["speaker"] = float(setting)
+        return rrf(lists, **{**kw, "weights": weights, "places": places_too(places)})
+
+    return fuse
+
+
+# fmt: off
+QUESTION_WORDS = frozenset((
+    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "does", "do",
+    "did", "is", "are", "was", "were", "has", "have", "had", "can", "could", "would",
+    "will", "should", "the", "a", "an",
+))
+# fmt: on
+
+
+def query_form(form: str) -> Callable[..., list[FusedHit]]:
+    rrf = fusion.fuse
+    shape, both = form.rstrip("+"), form.endswith("+")
+
+    def fuse(lists: Mapping[str, Sequence[Candidate]], **kw: Any) -> list[FusedHit]:
+        places = kw.get("places")
+        if len(lists) < 2 or places is None:
+            return rrf(lists, **kw)
+        query = kw.get("query", "")
+        ids = list({c.memory_id for cands in lists.values() for c in cands})
+        speaker = fusion.named_speaker(
+            query, {p.speaker for p in places(ids).values() if p.speaker}
+        )
+        names = set(re.findall(r"\w+", (speaker or "").lower()))
+        words = re.findall(r"[\w'+-]+", query)
+        if shape != "prefix":
+            words = [
+                w for w in words
+                if w.lower() not in QUESTION_WORDS and w.lower().removesuffix("'s") not in names
+            ]  # fmt: skip
+        text = " ".join(words) if shape != "prefix" else query
+        if shape != "strip-noname" and speaker is not None:
+            text = f"{speaker}: {text}"
+        rewritten = nearest(ENCODER[0].encode([text or query])[0])
+        weights = dict(kw["weights"])
+        if both:
+            lists = {**lists, "rewritten": rewritten}
+            weights[retriever.SEMANTIC] = weights["rewritten"] = 0.5 * weights[retriever.SEMANTIC]
+        else:
+            lists = {**lists, retriever.SEMANTIC: rewritten}
+        return rrf(lists, **{**kw, "weights": weights, "places": places_too(places)})
+
+    return fuse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lever", choices=("prf", "convex"), required=True)
+    parser.add_argument(
+        "--lever", choices=("prf", "convex", "speaker-list", "query-form"), required=True
+    )
     parser.add_argument("--data", type=Path, default=lp.DEFAULT_DATA)
     parser.add_argument("--informal", type=int, metavar="SEED")
     parser.add_argument("--grid", help="the lever's settings (see the module docstring)")
@@ -156,6 +284,7 @@ def main() -> int:
     args.arms = "tantivy"
     remember_documents()
     embed_once()
+    remember_searches()
     rows = [("off (the default)", one_run(args))]
     if args.lever == "prf":
         grid = args.grid or "3,5,10:5,10,20:0.3,0.6,1.0"
@@ -166,6 +295,18 @@ def main() -> int:
             rows.append((f"BM25 feedback M={int(m)} T={int(t)} W={w}", one_run(args)))
             print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
         ti.TantivyIndex.search = search  # type: ignore[method-assign]
+    elif args.lever in ("speaker-list", "query-form"):
+        make: Callable[[str], Callable[..., list[FusedHit]]]
+        if args.lever == "speaker-list":
+            settings, make, label = (args.grid or "0.5,1.0,replace"), speaker_list, "speaker list"
+        else:
+            settings = args.grid or "prefix,strip,strip-noname,prefix+,strip+,strip-noname+"
+            make, label = query_form, "query form"
+        for setting in settings.split(","):
+            retriever.fuse = make(setting)  # type: ignore[attr-defined]
+            rows.append((f"{label} {setting}", one_run(args)))
+            print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
+        retriever.fuse = fusion.fuse  # type: ignore[attr-defined]
     else:
         alphas, norms = (args.grid or "0.3,0.4,0.5,0.6,0.7:minmax,max").split(":")
         for normalise, alpha in itertools.product(norms.split(","), alphas.split(",")):
