@@ -23,6 +23,10 @@ wraps one function for the run; nothing here is a feature.
   words and auxiliaries dropped, then the prefix), `strip-noname` (dropped, the name
   too). In place of the vector list, or fused beside it (`+`: both at weight 0.5).
   `--grid` forms (default prefix,strip,strip-noname,prefix+,strip+,strip-noname+).
+* `--lever speller`: the gateway's query speller (hippo_gateway/domain/spelling.py) on
+  the text that is embedded (`vector`, what the gateway does), or on the text both
+  retrievers get (`both`: BM25 and the speaker step search the repaired words too).
+  The "off" row embeds the question as typed. `--grid` (default vector,both).
 
     .venv/bin/python bench/recall_levers.py --lever LEVER [--informal SEED] [--grid ...]
 """
@@ -51,6 +55,8 @@ import hippo_retrieval.domain.fusion as fusion
 import hippo_retrieval.domain.retriever as retriever
 from hippo_cli import locomo
 from hippo_embedding.adapters.onnx_encoder import OnnxEncoder
+from hippo_gateway.adapters.word_frequencies import english_word_counts
+from hippo_gateway.domain.spelling import QuerySpeller
 from hippo_retrieval.adapters.analysis import clean_text
 from hippo_retrieval.domain.models import Candidate, FusedHit, Place, Scope
 
@@ -59,6 +65,7 @@ TURNS: list[Any] = []  # the stored turns, in the order their vectors were encod
 VECTORS: list[Any] = []  # [the turns' vectors]: the first batch the encoder made
 ENCODER: list[OnnxEncoder] = []
 SEARCHED: dict[str, Any] = {}  # the scope and vector of the search being fused
+QUERY_TEXT: list[Callable[[str], str]] = []  # what of a question is embedded (speller)
 
 
 def remember_documents() -> None:
@@ -79,6 +86,8 @@ def embed_once() -> None:
     cache: dict[tuple[str, ...], Any] = {}
 
     def cached(self: OnnxEncoder, texts: Sequence[str]) -> Any:
+        if VECTORS and QUERY_TEXT:  # the questions (the turns come first)
+            texts = [QUERY_TEXT[0](t) for t in texts]
         key = tuple(texts)
         if key not in cache:
             cache[key] = encode(self, texts)
@@ -275,7 +284,9 @@ def query_form(form: str) -> Callable[..., list[FusedHit]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--lever", choices=("prf", "convex", "speaker-list", "query-form"), required=True
+        "--lever",
+        choices=("prf", "convex", "speaker-list", "query-form", "speller"),
+        required=True,
     )
     parser.add_argument("--data", type=Path, default=lp.DEFAULT_DATA)
     parser.add_argument("--informal", type=int, metavar="SEED")
@@ -307,6 +318,21 @@ def main() -> int:
             rows.append((f"{label} {setting}", one_run(args)))
             print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
         retriever.fuse = fusion.fuse  # type: ignore[attr-defined]
+    elif args.lever == "speller":
+        speller = QuerySpeller(english_word_counts())
+        questions = lp.questions_of
+
+        def repaired(conversations: Any, seed: int | None) -> list[Any]:
+            return [(u, q, speller.correct(text)) for u, q, text in questions(conversations, seed)]
+
+        for setting in (args.grid or "vector,both").split(","):
+            QUERY_TEXT[:] = [speller.correct]
+            if setting == "both":
+                lp.questions_of = repaired
+            rows.append((f"query speller, {setting}", one_run(args)))
+            print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
+            lp.questions_of = questions
+        QUERY_TEXT.clear()
     else:
         alphas, norms = (args.grid or "0.3,0.4,0.5,0.6,0.7:minmax,max").split(":")
         for normalise, alpha in itertools.product(norms.split(","), alphas.split(",")):

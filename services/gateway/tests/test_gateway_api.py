@@ -119,17 +119,22 @@ def test_identifiers_by_bm25_paraphrases_by_vectors_both_first_under_rrf(stub) -
     assert hybrid.lexical_candidates > 0 and hybrid.semantic_candidates > 0
 
 
-def test_a_typing_slip_is_repaired_before_the_query_is_embedded(stub) -> None:  # type: ignore[no-untyped-def]
-    """The gateway's query speller (on by default): a query with slips is embedded as
-    the one without them, so the vector side scores every turn exactly alike."""
+def test_a_typing_slip_is_repaired_before_the_query_is_searched(stub) -> None:  # type: ignore[no-untyped-def]
+    """The gateway's query speller (`all` by default): a query with slips is searched as
+    the one without them, so every retriever scores every turn exactly alike."""
     user = uid()
     remember(stub, "acme", user, [*DISTRACTORS, "Our relationship has been great lately."])
-    typed = recall(stub, "acme", user, "how is the relatioonship going latley", SEMANTIC)
-    right = recall(stub, "acme", user, "how is the relationship going lately", SEMANTIC)
-    assert texts_of(typed)[0] == "Our relationship has been great lately."
-    assert [(h.memory.memory_id, h.semantic_score) for h in typed.hits] == [
-        (h.memory.memory_id, h.semantic_score) for h in right.hits
-    ]
+    for mode in (SEMANTIC, HYBRID):
+        typed = recall(stub, "acme", user, "how is the relatioonship going latley", mode)
+        right = recall(stub, "acme", user, "how is the relationship going lately", mode)
+        assert texts_of(typed)[0] == "Our relationship has been great lately."
+        assert [
+            (h.memory.memory_id, h.semantic_score, h.lexical_score, h.fused_score)
+            for h in typed.hits
+        ] == [
+            (h.memory.memory_id, h.semantic_score, h.lexical_score, h.fused_score)
+            for h in right.hits
+        ]
 
 
 def test_exact_identifiers_are_findable_by_their_exact_form(stub) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import pytest
 from hippo_core.errors import InvalidArgument, Unauthenticated
 from hippo_gateway.domain import ids
 from hippo_gateway.domain.auth import Authenticator, digest
-from hippo_gateway.domain.memory import ForgetTarget, MemoryService
+from hippo_gateway.domain.memory import ForgetTarget, MemoryService, QuerySpelling
 from hippo_gateway.domain.models import (
     Embedding,
     Memory,
@@ -156,15 +156,21 @@ async def test_recall_searches_with_the_query_vectors_model(parts) -> None:  # t
     assert no_vector is None and no_model == ""  # lexical: nothing embedded, no model
 
 
-async def test_the_query_is_embedded_repaired_and_searched_as_typed() -> None:
-    """The speller of domain/spelling.py changes what the embedder sees; BM25 (the turn
-    store's search) gets the words as typed and repairs them against its own index."""
+@pytest.mark.parametrize("lexical", [True, False])
+async def test_the_query_is_repaired_for_the_embedder_and_for_bm25_when_all(lexical) -> None:  # type: ignore[no-untyped-def]
+    """domain/spelling.py's repair: always what the embedder sees; what the turn store
+    searches (BM25, the speaker step) only with `lexical` (HIPPO_GATEWAY_QUERY_SPELLING
+    all), else the words as typed, which BM25 repairs against its own index."""
     embedder, store = FakeEmbedder(), FakeStore()
-    service = MemoryService(embedder, store, query_text=lambda q: q.replace("reserch", "research"))
+    spelling = QuerySpelling(lambda q: q.replace("reserch", "research"), lexical=lexical)
+    service = MemoryService(embedder, store, spelling=spelling)
     await service.recall("t", RecallQuery(user="u", query="wat did she reserch", mode=Mode.HYBRID))
     await service.recall("t", RecallQuery(user="u", query="reserch", mode=Mode.LEXICAL))
     assert embedder.calls == [["wat did she research"]]  # lexical: nothing embedded
-    assert store.queries == ["wat did she reserch", "reserch"]
+    if lexical:
+        assert store.queries == ["wat did she research", "research"]
+    else:
+        assert store.queries == ["wat did she reserch", "reserch"]
 
 
 async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # type: ignore[no-untyped-def]

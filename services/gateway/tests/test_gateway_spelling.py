@@ -56,6 +56,11 @@ def test_names_numbers_apostrophes_and_other_scripts_are_left_alone(speller) -> 
     # ... but the first word of a sentence is an ordinary word.
     assert speller.correct("Whar is it. Reserch it") == "What is it. Research it"
     assert speller.correct("the 18th reserch2 café grup's") == "the 18th reserch2 café grup's"
+    # Identifiers keep their exact form (BM25 matches them as typed).
+    code = "src/app/reserch.py handleReserch reserch_id gorup() GORUP a-reserch"
+    assert speller.correct(code) == code
+    # Sentence punctuation around a plain word is kept around its repair.
+    assert speller.correct('the "gorup", (reserch)?') == 'the "group", (research)?'
 
 
 def test_repairs_are_cached_and_the_cache_is_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -30,7 +30,7 @@ from hippo_gateway.domain.auth import Authenticator, KeyGrant
 from hippo_gateway.domain.chat import ChatService
 from hippo_gateway.domain.context import ContextBuilder, ContextConfig
 from hippo_gateway.domain.listing import Listings
-from hippo_gateway.domain.memory import MemoryService
+from hippo_gateway.domain.memory import MemoryService, QuerySpelling
 from hippo_gateway.domain.ports import Llm, Sessions
 from hippo_gateway.domain.quota import Quotas, TenantQuota
 from hippo_gateway.domain.spelling import QuerySpeller
@@ -202,9 +202,10 @@ def build(settings: GatewaySettings) -> Service:
         influencer = GrpcInfluencer(injection, settings.llm_timeout_seconds)
         store = GrpcTurnStore(retrieval, live_model)
         limits.count_turns_with(store.tenant_turns)
-        speller = None
-        if settings.query_spelling:
+        spelling = None
+        if settings.query_spelling != "off":
             speller = QuerySpeller(await asyncio.to_thread(english_word_counts))
+            spelling = QuerySpelling(speller.correct, lexical=settings.query_spelling == "all")
         memory = MemoryService(
             embedder,
             store,
@@ -215,7 +216,7 @@ def build(settings: GatewaySettings) -> Service:
             memtoks=influencer if settings.injection_addr else None,
             quotas=limits,
             caches=GrpcEmbeddingCaches(settings.embedding_addr, settings.client, settings.tls),
-            query_text=speller.correct if speller is not None else None,
+            spelling=spelling,
         )
         builder = ContextBuilder(
             memory,

@@ -246,13 +246,14 @@ class GatewaySettings(ServiceSettings):
         "schema, where every replica reads the same one (and whoever reads that schema "
         "can read the key: set it from a secret to keep it out of the database).",
     )
-    query_spelling: bool = Field(
-        True,
-        description="Repair typing slips in a Recall query before it is embedded (the "
-        "vector side only; BM25 repairs its own): a word of 4+ letters that an English "
-        "word list does not hold becomes the most frequent listed word one edit away. "
-        "English only: turn it off when users write in another language "
-        "(docs/recall.md).",
+    query_spelling: Literal["off", "vector", "all"] = Field(
+        "all",
+        description="Repair typing slips in Recall queries: a word of 4+ letters that an "
+        "English word list does not hold becomes the most frequent listed word one edit "
+        "away. all: every retriever searches the repaired words (the vector, BM25, the "
+        "speaker step); vector: only the embedded text is repaired (BM25 repairs its own "
+        "side against the index); off: as typed. English only: turn it off when users "
+        "write in another language (docs/recall.md).",
     )
     peer_wait_seconds: float = Field(
         120.0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from hippo_core.embedding import SPEAKER, vector_text
@@ -41,6 +41,15 @@ def now_us() -> int:
 
 
 @dataclass(frozen=True)
+class QuerySpelling:
+    """How Recall queries are repaired: `correct` maps typed text to repaired text; it is
+    what is embedded, and with `lexical` also what BM25 and the speaker step search."""
+
+    correct: Callable[[str], str]
+    lexical: bool = True
+
+
+@dataclass(frozen=True)
 class ForgetTarget:
     """What to erase. `kind` is explicit on purpose: an empty id list must be refused, never
     read as "everything of the user"."""
@@ -62,11 +71,11 @@ class MemoryService:
         memtoks: Memtoks | None = None,
         quotas: Quotas | None = None,
         caches: EmbeddingCaches | None = None,
-        query_text: Callable[[str], str] | None = None,
+        spelling: QuerySpelling | None = None,
     ) -> None:
         self._embedder = embedder
-        # What of a Recall query is embedded (domain/spelling.py repairs slips); None = as is.
-        self._query_text = query_text
+        # Typing slips repaired in Recall queries (domain/spelling.py); None = as typed.
+        self._spelling = spelling
         # The embedding service's vector caches, emptied on Forget; None = none to empty.
         self._caches = caches
         # Per-tenant stored-turn quotas (domain/quota.py); None = unlimited.
@@ -157,11 +166,16 @@ class MemoryService:
         validation.check_recall(query)
         with metrics.RECALL_SECONDS.labels(query.mode.value).time():
             vector, model = None, ""
+            text, searched = query.query, query
+            if self._spelling is not None:
+                text = self._spelling.correct(query.query)
+                if self._spelling.lexical and text != query.query:
+                    searched = replace(query, query=text)
             if query.mode != Mode.LEXICAL:
-                text = query.query if self._query_text is None else self._query_text(query.query)
                 embedding = await self._embedder.embed([text])
                 vector, model = embedding.vectors[0], embedding.model
-            result = await self._store.search(tenant, query, vector, model)
+            # The audit entry keeps the query as the caller typed it.
+            result = await self._store.search(tenant, searched, vector, model)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
         if audited and self._audit is not None:
             await self._audit.recalled(tenant, query, result)

@@ -9,9 +9,11 @@ The repair is Norvig's: a word of 4 to 20 letters that a frequency list of the l
 does not hold, in any of its usual inflections, becomes the most frequent listed word
 one edit away (a letter dropped, added or replaced, two neighbours swapped); a word
 with no such neighbour stays as typed. Known words are never changed, so a clean query is
-embedded as it was. Left alone: words with digits, apostrophes or letters outside a-z
-(`18th`, `hadn't`, `café`), and capitalised words inside a sentence ("Gina", "Ojai"):
-names are the words a list knows least. At most MAX_REPAIRS unknown words are looked at
+embedded as it was. Only a blank-separated token that is one plain a-z word (sentence
+punctuation around it allowed) is looked at: `18th`, `hadn't`, `café`, `src/app/utlis.py`
+and `handleSubmit(` stay as typed, and so do camelCase words and acronyms (`fooBar`,
+`LGBTQ`) and capitalised words inside a sentence ("Gina", "Ojai"): names are the words a
+list knows least. At most MAX_REPAIRS unknown words are looked at
 per query, so a query of noise costs a few milliseconds, not a hundred. The list is one
 language's; a deployment whose users write another turns the repair off
 (HIPPO_GATEWAY_QUERY_SPELLING).
@@ -42,8 +44,11 @@ SUFFIXES = (
     ("er", ""),
     ("ly", ""),
 )
-# Whole ASCII words: not part of a longer word with digits, apostrophes or other letters.
-_WORD = re.compile(r"(?<![\w'’])[A-Za-z]+(?![\w'’])")
+# A blank-separated token that is one plain word, with sentence punctuation around it.
+# Anything else (`src/app/utlis.py`, `handleSubmit(`, `hadn't`, `18th`, `café`) is not a
+# word a list can judge, and BM25 matches identifiers by their exact form.
+_TOKEN = re.compile(r"\S+")
+_PLAIN = re.compile(r"([\"'(\[]*)([A-Za-z]+)([\"')\],.!?;:]*)")
 SENTENCE_ENDS = ".!?:"
 
 
@@ -97,29 +102,29 @@ class QuerySpeller:
 
     def correct(self, text: str) -> str:
         budget = MAX_REPAIRS
+        sentence_start = True
 
         def one(match: re.Match[str]) -> str:
-            nonlocal budget
-            word = match.group(0)
-            if word[0].isupper() and not _starts_sentence(text, match.start()):
-                return word  # capitalised inside a sentence: a name, left as typed
+            nonlocal budget, sentence_start
+            token = match.group(0)
+            starts, sentence_start = sentence_start, token[-1] in SENTENCE_ENDS
+            plain = _PLAIN.fullmatch(token)
+            if plain is None:
+                return token
+            before, word, after = plain.groups()
+            if any(c.isupper() for c in word[1:]):
+                return token  # camelCase or an acronym: an identifier, as typed
+            if word[0].isupper() and not starts:
+                return token  # capitalised inside a sentence: a name, as typed
             lower = word.lower()
             costly = self._min <= len(lower) <= MAX_LETTERS and lower not in self._cache
             if costly and not self.known(lower):
                 if budget == 0:
-                    return word
+                    return token
                 budget -= 1
             repaired = self.repair(lower)
             if repaired == lower:
-                return word
-            return repaired.capitalize() if word[0].isupper() else repaired
+                return token
+            return before + (repaired.capitalize() if word[0].isupper() else repaired) + after
 
-        return _WORD.sub(one, text)
-
-
-def _starts_sentence(text: str, start: int) -> bool:
-    """Nothing but blanks between `start` and the text's start or a sentence's end."""
-    i = start - 1
-    while i >= 0 and text[i].isspace():
-        i -= 1
-    return i < 0 or text[i] in SENTENCE_ENDS
+        return _TOKEN.sub(one, text)
