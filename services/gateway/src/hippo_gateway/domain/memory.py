@@ -174,7 +174,7 @@ class MemoryService:
             if query.mode != Mode.LEXICAL:
                 embedding = await self._embedder.embed([text])
                 vector, model = embedding.vectors[0], embedding.model
-            # The audit entry keeps the query as the caller typed it.
+            # The audit entry fingerprints the query as the caller typed it.
             result = await self._store.search(tenant, searched, vector, model)
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
         if audited and self._audit is not None:
