@@ -173,6 +173,21 @@ async def test_the_query_is_repaired_for_the_embedder_and_for_bm25_when_all(lexi
         assert store.queries == ["wat did she reserch", "reserch"]
 
 
+async def test_the_audit_entry_fingerprints_the_query_as_typed() -> None:
+    class Audit:
+        def __init__(self) -> None:
+            self.queries: list[str] = []
+
+        async def recalled(self, tenant: str, query: RecallQuery, result: Recalled) -> None:
+            self.queries.append(query.query)
+
+    audit = Audit()
+    spelling = QuerySpelling(lambda q: q.replace("reserch", "research"))
+    service = MemoryService(FakeEmbedder(), FakeStore(), audit=audit, spelling=spelling)  # type: ignore[arg-type]
+    await service.recall("t", RecallQuery(user="u", query="wat did she reserch"))
+    assert audit.queries == ["wat did she reserch"]
+
+
 async def test_an_empty_id_list_never_forgets_the_whole_user(parts) -> None:  # type: ignore[no-untyped-def]
     _, store, service = parts
     with pytest.raises(InvalidArgument, match=r"memory_ids\.memory_ids: must hold 1\.\.1000"):
