@@ -293,6 +293,10 @@ def main() -> int:
     parser.add_argument("--grid", help="the lever's settings (see the module docstring)")
     args = parser.parse_args()
     args.arms = "tantivy"
+    if args.lever == "speller" and args.grid:
+        unknown = set(args.grid.split(",")) - {"vector", "both"}
+        if unknown:
+            parser.error(f"--lever speller takes vector and/or both, not {sorted(unknown)}")
     remember_documents()
     embed_once()
     remember_searches()
