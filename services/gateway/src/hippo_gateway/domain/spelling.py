@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
+from hippo_core.typos import one_edit
+
 MIN_LETTERS = 4  # "wat", "abt", "pls": short chat words are meant, not slips
 MAX_LETTERS = 20  # longer "words" are identifiers or noise, not slips
 # Unknown words looked at per query: a repair costs ~0.1-0.3 ms of the gateway's event
@@ -50,18 +51,6 @@ SUFFIXES = (
 _TOKEN = re.compile(r"\S+")
 _PLAIN = re.compile(r"([\"'(\[]*)([A-Za-z]+)([\"')\],.!?;:]*)")
 SENTENCE_ENDS = ".!?:"
-
-
-def one_edit(word: str) -> set[str]:
-    """Every string one edit from `word`: a letter dropped, two neighbours swapped, a
-    letter replaced, or a letter added."""
-    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
-    return (
-        {a + b[1:] for a, b in splits if b}
-        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
-        | {a + c + b[1:] for a, b in splits if b for c in LETTERS}
-        | {a + c + b for a, b in splits for c in LETTERS}
-    )
 
 
 class QuerySpeller:

@@ -40,7 +40,6 @@ EXACT_BOOST = 2.0
 TYPO_MIN_CHARS = 4
 TYPO_WEIGHT = 0.8
 TYPO_MAX_TERMS = 16  # unknown query terms repaired per query (a pasted log has many)
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 MAX_QUERY_CHARS = 32_768
 MAX_QUERY_TERMS = 4096  # distinct terms per field
 
@@ -134,15 +133,3 @@ class Analysis:
             for token in self.exact.analyze(raw)
         )
         return QueryTerms(terms, distinct(identifiers, MAX_QUERY_TERMS))
-
-
-def one_edit(term: str) -> list[str]:
-    """Every string one edit from `term` (a letter dropped, swapped with the next,
-    replaced or added: Norvig's candidates), the way a thumb slips on a phone."""
-    splits = [(term[:i], term[i:]) for i in range(len(term) + 1)]
-    out = {a + b[1:] for a, b in splits if b}
-    out |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
-    out |= {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
-    out |= {a + c + b for a, b in splits for c in _LETTERS}
-    out.discard(term)
-    return sorted(out)

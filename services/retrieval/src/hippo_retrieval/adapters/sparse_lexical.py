@@ -74,6 +74,7 @@ from qdrant_edge import (
 )
 from qdrant_edge import Filter as EdgeFilter
 
+from hippo_core.typos import one_edit
 from hippo_retrieval.adapters import qdrant_vectors
 from hippo_retrieval.adapters.analysis import (
     EXACT_BOOST,
@@ -83,7 +84,6 @@ from hippo_retrieval.adapters.analysis import (
     Analysis,
     QueryTerms,
     clean_text,
-    one_edit,
 )
 from hippo_retrieval.adapters.edge_vectors import MEMORY_ID, TIME, EdgeIndex, scope_filter
 from hippo_retrieval.adapters.qdrant_vectors import ONE_NODE, Layout, QdrantIndex

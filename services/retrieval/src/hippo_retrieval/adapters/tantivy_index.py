@@ -70,6 +70,7 @@ from tantivy import (
     Searcher,
 )
 
+from hippo_core.typos import one_edit
 from hippo_retrieval.adapters.analysis import (
     EXACT_BOOST,
     TYPO_MAX_TERMS,
@@ -77,7 +78,6 @@ from hippo_retrieval.adapters.analysis import (
     TYPO_WEIGHT,
     Analysis,
     clean_text,
-    one_edit,
 )
 from hippo_retrieval.domain.models import (
     Candidate,
