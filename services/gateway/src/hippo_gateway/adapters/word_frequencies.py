@@ -4,7 +4,7 @@
 news, books, the web, Twitter and Reddit: British and American spellings, chat words
 (`bday`, `lmao`), brands and newer words (`covid`, `wifi`, `keto`), which an older,
 smaller list "repairs" into others (`covid` -> `bovid`, `colour` -> `color`). Only its
-data file is read (msgpack, once at start: ~0.4 s); nothing is downloaded.
+data file is read (msgpack, once at start: ~0.3 s); nothing is downloaded.
 
 Words rarer than MIN_FREQUENCY are left out: the web's own misspellings sit down there
 (`reserch` is 10^-7.8), so leaving them out lets the speller repair them, while real

@@ -1,7 +1,7 @@
-"""Typing slips repaired in a Recall query before it is embedded (the vector side only).
+"""Typing slips repaired in a Recall query before it is searched.
 
-People type "wat is carolines relatioonship status". BM25 repairs its own side against
-the words the user's turns hold (the retrieval service's typo repair), but the embedder
+People type "wat is carolines relatioonship status". BM25 has its own typo repair
+against the words the user's turns hold (the retrieval service's), but the embedder
 sees the slip: MiniLM cuts "relatioonship" into word pieces that mean little, and on
 typo-laden questions semantic recall fell from R@10 47.9 to 39.0 (docs/recall.md).
 
@@ -9,14 +9,14 @@ The repair is Norvig's: a word of 4 to 20 letters that a frequency list of the l
 does not hold, in any of its usual inflections, becomes the most frequent listed word
 one edit away (a letter dropped, added or replaced, two neighbours swapped); a word
 with no such neighbour stays as typed. Known words are never changed, so a clean query is
-embedded as it was. Only a blank-separated token that is one plain a-z word (sentence
+searched as it was. Only a blank-separated token that is one plain a-z word (sentence
 punctuation around it allowed) is looked at: `18th`, `hadn't`, `café`, `src/app/utlis.py`
 and `handleSubmit(` stay as typed, and so do camelCase words and acronyms (`fooBar`,
 `LGBTQ`) and capitalised words inside a sentence ("Gina", "Ojai"): names are the words a
-list knows least. At most MAX_REPAIRS unknown words are looked at
-per query, so a query of noise costs a few milliseconds, not a hundred. The list is one
-language's; a deployment whose users write another turns the repair off
-(HIPPO_GATEWAY_QUERY_SPELLING).
+list knows least. At most MAX_REPAIRS unknown words are looked at per query, so a query
+of noise costs a few milliseconds, not a hundred. The list is one language's; a
+deployment whose users write another turns the repair off (HIPPO_GATEWAY_QUERY_SPELLING,
+which also says whether BM25 searches the repaired words or the typed ones).
 """
 
 from __future__ import annotations
@@ -71,19 +71,20 @@ class QuerySpeller:
             if len(word) - len(suffix) >= 3
         )
 
-    def repair(self, word: str) -> str:
-        """The listed word one edit from `word` (lower case) with the highest count, or
-        `word` itself when it is known or has no listed neighbour."""
+    def _settled(self, word: str) -> str | None:
+        """`word`'s repair (lower case) when no search is needed: the cached one, or `word`
+        itself when it is known or not 4-20 letters long; None when a search must find it."""
         found = self._cache.get(word)
-        if found is not None:
-            return found
-        if not self._min <= len(word) <= MAX_LETTERS or self.known(word):
+        if found is None and (not self._min <= len(word) <= MAX_LETTERS or self.known(word)):
             found = word
-        else:
-            # Ties (equal counts) break alphabetically, so a repair never depends on
-            # set order.
-            counted = [(self._freq[w], w) for w in one_edit(word) if w in self._freq]
-            found = min(counted, key=lambda c: (-c[0], c[1]))[1] if counted else word
+        return found
+
+    def _search(self, word: str) -> str:
+        """The listed word one edit from `word` with the highest count, or `word` itself
+        when none is listed; cached."""
+        # Ties (equal counts) break alphabetically, so a repair never depends on set order.
+        counted = [(self._freq[w], w) for w in one_edit(word) if w in self._freq]
+        found = min(counted, key=lambda c: (-c[0], c[1]))[1] if counted else word
         if len(self._cache) >= CACHE_SIZE:
             self._cache.clear()
         self._cache[word] = found
@@ -106,12 +107,12 @@ class QuerySpeller:
             if word[0].isupper() and not starts:
                 return token  # capitalised inside a sentence: a name, as typed
             lower = word.lower()
-            costly = self._min <= len(lower) <= MAX_LETTERS and lower not in self._cache
-            if costly and not self.known(lower):
+            repaired = self._settled(lower)
+            if repaired is None:
                 if budget == 0:
                     return token
                 budget -= 1
-            repaired = self.repair(lower)
+                repaired = self._search(lower)
             if repaired == lower:
                 return token
             return before + (repaired.capitalize() if word[0].isupper() else repaired) + after
