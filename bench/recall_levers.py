@@ -24,9 +24,11 @@ wraps one function for the run; nothing here is a feature.
   too). In place of the vector list, or fused beside it (`+`: both at weight 0.5).
   `--grid` forms (default prefix,strip,strip-noname,prefix+,strip+,strip-noname+).
 * `--lever speller`: the gateway's query speller (hippo_gateway/domain/spelling.py) on
-  the text that is embedded (`vector`, what the gateway does), or on the text both
-  retrievers get (`both`: BM25 and the speaker step search the repaired words too).
-  The "off" row embeds the question as typed. `--grid` (default vector,both).
+  the text that is embedded (`vector`), on the text both retrievers get (`both`: BM25
+  and the speaker step search the repaired words too), or the question as typed with
+  its repairs beside it (`words`, the default: BM25 and the speaker step read a typed
+  word that the index holds as typed, else its repair). The "off" row embeds the
+  question as typed. `--grid` (default vector,both,words).
 
     .venv/bin/python bench/recall_levers.py --lever LEVER [--informal SEED] [--grid ...]
 """
@@ -59,6 +61,7 @@ from hippo_gateway.adapters.word_frequencies import english_word_counts
 from hippo_gateway.domain.spelling import QuerySpeller
 from hippo_retrieval.adapters.analysis import clean_text
 from hippo_retrieval.domain.models import Candidate, FusedHit, Place, Scope
+from hippo_retrieval.domain.service import RetrievalService
 
 DOCUMENTS: dict[str, str] = {}  # memory_id -> its BM25 document (the feedback text)
 TURNS: list[Any] = []  # the stored turns, in the order their vectors were encoded
@@ -294,9 +297,9 @@ def main() -> int:
     args = parser.parse_args()
     args.arms = "tantivy"
     if args.lever == "speller" and args.grid:
-        unknown = set(args.grid.split(",")) - {"vector", "both"}
+        unknown = set(args.grid.split(",")) - {"vector", "both", "words"}
         if unknown:
-            parser.error(f"--lever speller takes vector and/or both, not {sorted(unknown)}")
+            parser.error(f"--lever speller takes vector, both or words, not {sorted(unknown)}")
     remember_documents()
     embed_once()
     remember_searches()
@@ -329,13 +332,21 @@ def main() -> int:
         def repaired(conversations: Any, seed: int | None) -> list[Any]:
             return [(u, q, speller.correct(text)) for u, q, text in questions(conversations, seed)]
 
-        for setting in (args.grid or "vector,both").split(","):
+        search = RetrievalService.search
+
+        async def with_repairs(self: RetrievalService, scope: Scope, query: str, *a: Any) -> Any:
+            return await search(self, scope, query, *a, query_repairs=speller.spell(query)[1])
+
+        for setting in (args.grid or "vector,both,words").split(","):
             QUERY_TEXT[:] = [speller.correct]
             if setting == "both":
                 lp.questions_of = repaired
+            if setting == "words":
+                RetrievalService.search = with_repairs  # type: ignore[method-assign]
             rows.append((f"query speller, {setting}", one_run(args)))
             print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
             lp.questions_of = questions
+            RetrievalService.search = search  # type: ignore[method-assign]
         QUERY_TEXT.clear()
     else:
         alphas, norms = (args.grid or "0.3,0.4,0.5,0.6,0.7:minmax,max").split(":")

@@ -120,7 +120,7 @@ def test_identifiers_by_bm25_paraphrases_by_vectors_both_first_under_rrf(stub) -
 
 
 def test_a_typing_slip_is_repaired_before_the_query_is_searched(stub) -> None:  # type: ignore[no-untyped-def]
-    """The gateway's query speller (`all` by default): a query with slips is searched as
+    """The gateway's query speller (`words` by default): a query with slips is searched as
     the one without them, so every retriever scores every turn exactly alike."""
     user = uid()
     remember(stub, "acme", user, [*DISTRACTORS, "Our relationship has been great lately."])
@@ -135,6 +135,22 @@ def test_a_typing_slip_is_repaired_before_the_query_is_searched(stub) -> None:  
             (h.memory.memory_id, h.semantic_score, h.lexical_score, h.fused_score)
             for h in right.hits
         ]
+
+
+def test_a_word_the_users_turns_hold_is_searched_as_typed(stub) -> None:  # type: ignore[no-untyped-def]
+    """The English list lacks "destress" and repairs it to "distress"; this user's turns
+    hold it, so BM25 searches it as typed (`words`), not the list's guess."""
+    user = uid()
+    remember(
+        stub,
+        "acme",
+        user,
+        # (a turn's BM25 document quotes the turn before it: the later one holds both)
+        [*DISTRACTORS, "The distress call came at night.", "Yoga is how I destress after work."],
+    )
+    assert texts_of(recall(stub, "acme", user, "how do I destress", LEXICAL)) == [
+        "Yoga is how I destress after work."
+    ]
 
 
 def test_exact_identifiers_are_findable_by_their_exact_form(stub) -> None:  # type: ignore[no-untyped-def]

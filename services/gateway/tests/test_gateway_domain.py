@@ -41,6 +41,7 @@ class FakeStore:
         self.deletes: list[tuple[str, str, str | None, list[str]]] = []
         self.searches: list[tuple[Vectors | None, str]] = []
         self.queries: list[str] = []
+        self.repairs: list[tuple[tuple[str, str], ...]] = []
 
     async def write(
         self, tenant: str, turns: Sequence[TurnToStore], wait_searchable: bool = False
@@ -69,6 +70,7 @@ class FakeStore:
     ) -> Recalled:
         self.searches.append((vector, vector_model))
         self.queries.append(query.query)
+        self.repairs.append(query.repairs)
         return Recalled([], 0, 0)
 
     async def delete(
@@ -156,21 +158,31 @@ async def test_recall_searches_with_the_query_vectors_model(parts) -> None:  # t
     assert no_vector is None and no_model == ""  # lexical: nothing embedded, no model
 
 
-@pytest.mark.parametrize("lexical", [True, False])
-async def test_the_query_is_repaired_for_the_embedder_and_for_bm25_when_all(lexical) -> None:  # type: ignore[no-untyped-def]
-    """domain/spelling.py's repair: always what the embedder sees; what the turn store
-    searches (BM25, the speaker step) only with `lexical` (HIPPO_GATEWAY_QUERY_SPELLING
-    all), else the words as typed, which BM25 repairs against its own index."""
+def fake_spell(text: str) -> tuple[str, dict[str, str]]:
+    """The speller's contract (domain/spelling.py) for one slip."""
+    return text.replace("reserch", "research"), (
+        {"reserch": "research"} if "reserch" in text else {}
+    )
+
+
+@pytest.mark.parametrize("lexical", ["words", "repaired", "typed"])
+async def test_the_repaired_query_is_embedded_and_bm25_searches_as_the_mode_says(lexical) -> None:  # type: ignore[no-untyped-def]
+    """domain/spelling.py's repair: always what the embedder sees. What the turn store
+    searches (BM25, the speaker step), by HIPPO_GATEWAY_QUERY_SPELLING: words: the typed
+    query with the repairs beside it (the retrieval service picks per word); all: the
+    repaired query; vector: the typed query alone."""
     embedder, store = FakeEmbedder(), FakeStore()
-    spelling = QuerySpelling(lambda q: q.replace("reserch", "research"), lexical=lexical)
-    service = MemoryService(embedder, store, spelling=spelling)
+    service = MemoryService(embedder, store, spelling=QuerySpelling(fake_spell, lexical=lexical))
     await service.recall("t", RecallQuery(user="u", query="wat did she reserch", mode=Mode.HYBRID))
     await service.recall("t", RecallQuery(user="u", query="reserch", mode=Mode.LEXICAL))
-    assert embedder.calls == [["wat did she research"]]  # lexical: nothing embedded
-    if lexical:
-        assert store.queries == ["wat did she research", "research"]
+    await service.recall("t", RecallQuery(user="u", query="no slips here", mode=Mode.HYBRID))
+    assert embedder.calls == [["wat did she research"], ["no slips here"]]  # lexical: none
+    if lexical == "repaired":
+        assert store.queries == ["wat did she research", "research", "no slips here"]
     else:
-        assert store.queries == ["wat did she reserch", "reserch"]
+        assert store.queries == ["wat did she reserch", "reserch", "no slips here"]
+    pairs = (("reserch", "research"),) if lexical == "words" else ()
+    assert store.repairs == [pairs, pairs, ()]
 
 
 async def test_the_audit_entry_fingerprints_the_query_as_typed() -> None:
@@ -182,7 +194,7 @@ async def test_the_audit_entry_fingerprints_the_query_as_typed() -> None:
             self.queries.append(query.query)
 
     audit = Audit()
-    spelling = QuerySpelling(lambda q: q.replace("reserch", "research"))
+    spelling = QuerySpelling(fake_spell, lexical="repaired")
     service = MemoryService(FakeEmbedder(), FakeStore(), audit=audit, spelling=spelling)  # type: ignore[arg-type]
     await service.recall("t", RecallQuery(user="u", query="wat did she reserch"))
     assert audit.queries == ["wat did she reserch"]

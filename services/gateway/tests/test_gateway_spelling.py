@@ -32,6 +32,17 @@ def test_a_slip_becomes_the_most_frequent_listed_word_one_edit_away(speller) -> 
     assert speller.correct("ake") == "ake"  # under four letters: left alone
 
 
+def test_spell_names_each_repair_by_the_word_as_typed(speller) -> None:  # type: ignore[no-untyped-def]
+    """What the retrieval service gets beside the typed query (QuerySpelling "words"):
+    lower-case typed word -> lower-case repair, nothing for a word left as typed."""
+    assert speller.spell("Reserch the gorup, Caroline!") == (
+        "Research the group, Caroline!",
+        {"reserch": "research", "gorup": "group"},
+    )
+    assert speller.spell("what is the status") == ("what is the status", {})
+    assert speller.spell("zzzzqq handleSubmit( LGBTQ") == ("zzzzqq handleSubmit( LGBTQ", {})
+
+
 def test_known_words_short_words_and_unfixable_words_stay_as_typed(speller) -> None:  # type: ignore[no-untyped-def]
     clean = "What is the relationship status?"
     assert speller.correct(clean) == clean  # nothing to repair: the text is untouched

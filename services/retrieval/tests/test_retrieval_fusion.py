@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from hippo_retrieval.domain.fusion import fuse, named_speaker, neighbour_boost, refine, rrf
 from hippo_retrieval.domain.models import Candidate, Place
+from hippo_retrieval.domain.retriever import speaker_text
 
 
 def _c(*ids: str) -> list[Candidate]:
@@ -197,3 +198,13 @@ def test_named_speaker_matches_whole_names() -> None:
     assert named_speaker("what did ana say", speakers) == "Dr. Ana Smith"
     assert named_speaker("caroline and mel", speakers) is None
     assert named_speaker("anyone", speakers) is None
+
+
+def test_the_speaker_step_reads_the_callers_repairs_beside_the_typed_words() -> None:
+    speakers = {"Caroline", "Melanie"}
+    typed = "wat did carlnie say abt it"  # two slips: no name the step can match
+    assert named_speaker(speaker_text(typed, {}), speakers) is None
+    assert named_speaker(speaker_text(typed, {"carlnie": "caroline"}), speakers) == "Caroline"
+    # The typed words stay: a repair never hides a name the user typed right.
+    asked = speaker_text("does melanie destress", {"destress": "distress"})
+    assert named_speaker(asked, speakers) == "Melanie"

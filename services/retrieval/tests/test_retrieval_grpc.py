@@ -169,6 +169,42 @@ def test_bad_requests_get_invalid_argument_naming_the_field(stub) -> None:  # ty
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "top_k" in err.value.details()
 
 
+def test_query_repairs_reach_bm25_and_bad_ones_are_refused(stub) -> None:  # type: ignore[no-untyped-def]
+    turns = [new_turn("the pride festival was loud", 90, user="u-spell")]
+    stub.Write(
+        retrieval_pb2.WriteRequest(tenant="acme", turns=turns, wait_searchable=True), timeout=5
+    )
+
+    def asked(repairs: dict[str, str]) -> retrieval_pb2.SearchResponse:
+        return stub.Search(
+            retrieval_pb2.SearchRequest(
+                tenant="acme",
+                user_id="u-spell",
+                query="fstivl",
+                mode=memory_pb2.RECALL_MODE_LEXICAL,
+                top_k=5,
+                query_repairs=repairs,
+            ),
+            timeout=5,
+        )
+
+    # Two slips: the index's own typo repair finds nothing; the caller's repair does.
+    assert list(asked({}).hits) == []
+    assert [h.memory.memory_id for h in asked({"fstivl": "festival"}).hits] == [turns[0].memory_id]
+    cases = [
+        ({f"w{chr(97 + i // 26)}{chr(97 + i % 26)}": "word" for i in range(33)}, "at most 32"),
+        ({"fesetival": "Festival"}, "query_repairs['fesetival']: words must be 1..64"),
+        ({"fesetival": ""}, "query_repairs['fesetival']"),
+        ({"caf\u00e9": "cafe"}, "lower-case letters a-z"),
+        ({"x" * 65: "festival"}, "query_repairs["),
+    ]
+    for repairs, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            asked(repairs)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in err.value.details()
+
+
 def test_get_returns_records_in_order_inside_the_scope(stub) -> None:  # type: ignore[no-untyped-def]
     turns = [new_turn(f"get me {i}", 40 + i, user="u7") for i in range(3)]
     stub.Write(retrieval_pb2.WriteRequest(tenant="acme", turns=turns), timeout=5)

@@ -184,6 +184,17 @@ def test_a_turn_without_a_vector_is_found_by_its_words(pair: OneCollection) -> N
     }
 
 
+def test_the_fused_search_reads_the_callers_repairs(pair: OneCollection) -> None:
+    """query_repairs reach the engine's BM25 list as they reach the lexical side's."""
+    words_only = turn(1, "zeppelin sketches", vector=False)
+    apply(pair, [words_only, turn(2, "tomato garden")])
+    zero = np.zeros(DIM, dtype=np.float32)  # the words alone
+    # Two slips from "zeppelin": only the caller's repair finds it.
+    assert pair.vectors.hybrid(SCOPE, "zeplni", zero, 10, 5.0, (1.5, 1.0)) == []
+    fused = pair.vectors.hybrid(SCOPE, "zeplni", zero, 10, 5.0, (1.5, 1.0), {"zeplni": "zeppelin"})
+    assert [c.memory_id for c in fused] == [words_only.memory_id]
+
+
 def test_deletions_and_tenancy_hold_for_the_fused_search(pair: OneCollection) -> None:
     mine = turn(1, "harbour engine")
     theirs = turn(2, "harbour engine", tenant="globex")

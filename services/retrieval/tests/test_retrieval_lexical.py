@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,8 +92,14 @@ class BothSides:
     def applied_seq(self) -> int:
         return self._pair.lexical.applied_seq()
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
-        return self._pair.lexical.search(scope, query, limit)
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
+        return self._pair.lexical.search(scope, query, limit, query_repairs)
 
     def close(self) -> None:
         self._pair.lexical.close()
@@ -630,6 +636,49 @@ def test_typo_repair_finds_the_word_a_slip_away(kind: str, tmp_path: Path) -> No
     finally:
         plain.close()
         repairing.close()
+
+
+REPAIR_TURNS = [
+    "yoga is how I destress after work",
+    "the distress call came at night",
+    "we went to the pride festival together",
+    "dinner with my mother",
+]
+
+
+@pytest.mark.parametrize("typos", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_callers_repair_is_searched_only_for_a_word_no_turn_holds(
+    kind: str, typos: bool, tmp_path: Path
+) -> None:
+    """`query_repairs` (the gateway's query speller): a word the user's turns hold is
+    searched as typed, whatever a word list thought of it; one they do not hold is
+    searched as the caller's repair, at full weight, with or without typo repair."""
+    ix = open_lexical(kind, tmp_path / "lexical", typos=typos)
+    try:
+        turns = [turn(i + 1, t) for i, t in enumerate(REPAIR_TURNS)]
+        load(ix, turns)
+        destress, distress, festival, dinner = (t.memory_id for t in turns)
+        assert ids(ix.search(SCOPE, "destress", 10, {"destress": "distress"})) == [destress]
+        assert ids(ix.search(SCOPE, "fesetival", 10, {"fesetival": "festival"})) == [festival]
+        assert ix.search(SCOPE, "fesetival", 10, {"fesetival": "festival"})[0].score == (
+            pytest.approx(ix.search(SCOPE, "festival", 10)[0].score)
+        )
+        # A repair that is also typed counts once, as the word typed twice would.
+        twice = ix.search(SCOPE, "festival fesetival", 10, {"fesetival": "festival"})
+        assert twice[0].score == pytest.approx(ix.search(SCOPE, "festival", 10)[0].score)
+        # Repaired to a stop word ("iwth" -> "with"): dropped, as the query's own stop
+        # words are; typo repair alone would have searched "with".
+        assert ix.search(SCOPE, "iwth", 10, {"iwth": "with"}) == []
+        assert ids(ix.search(SCOPE, "iwth", 10)) == ([dinner] if typos else [])
+        # A repair no turn holds either: the typed word, with its own typo repair.
+        assert ids(ix.search(SCOPE, "fesetival", 10, {"fesetival": "fettival"})) == (
+            [festival] if typos else []
+        )
+        # A repair of a word the query does not hold changes nothing.
+        assert ids(ix.search(SCOPE, "distress", 10, {"reserch": "research"})) == [distress]
+    finally:
+        ix.close()
 
 
 @pytest.mark.parametrize("kind", ["qdrant-edge", "qdrant-local"])

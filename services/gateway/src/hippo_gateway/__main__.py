@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import grpc
 
@@ -43,6 +43,12 @@ FULL_NAME = memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
 
 
 SCHEMA = "hippo_gateway"
+# HIPPO_GATEWAY_QUERY_SPELLING -> what BM25 and the speaker step search (QuerySpelling).
+SPELLING_LEXICAL: dict[str, Literal["words", "repaired", "typed"]] = {
+    "words": "words",
+    "all": "repaired",
+    "vector": "typed",
+}
 
 
 class AuditState(NamedTuple):
@@ -205,7 +211,8 @@ def build(settings: GatewaySettings) -> Service:
         spelling = None
         if settings.query_spelling != "off":
             speller = QuerySpeller(await asyncio.to_thread(english_word_counts))
-            spelling = QuerySpelling(speller.correct, lexical=settings.query_spelling == "all")
+            lexical = SPELLING_LEXICAL[settings.query_spelling]
+            spelling = QuerySpelling(speller.spell, lexical=lexical)
         memory = MemoryService(
             embedder,
             store,

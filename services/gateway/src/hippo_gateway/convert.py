@@ -239,6 +239,7 @@ def search_request(
         top_k=q.top_k,
         vector_model=vector_model,
         metadata=dict(q.metadata),
+        query_repairs=dict(q.repairs),
     )
     if q.start_us is not None:
         request.start_us = q.start_us

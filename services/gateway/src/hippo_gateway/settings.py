@@ -246,14 +246,15 @@ class GatewaySettings(ServiceSettings):
         "schema, where every replica reads the same one (and whoever reads that schema "
         "can read the key: set it from a secret to keep it out of the database).",
     )
-    query_spelling: Literal["off", "vector", "all"] = Field(
-        "all",
+    query_spelling: Literal["off", "vector", "all", "words"] = Field(
+        "words",
         description="Repair typing slips in Recall queries: a word of 4+ letters that an "
         "English word list does not hold becomes the most frequent listed word one edit "
-        "away. all: every retriever searches the repaired words (the vector, BM25, the "
-        "speaker step); vector: only the embedded text is repaired (BM25 repairs its own "
-        "side against the index); off: as typed. English only: turn it off when users "
-        "write in another language (docs/recall.md).",
+        "away. The embedded text is always the repaired one; BM25 and the speaker step "
+        "search, with words: each typed word that some turn of the user holds as typed, "
+        "the repair of one that none does; all: the repaired words; vector: the words as "
+        "typed (BM25 repairs them against its own index). off: no repair. English only: "
+        "turn it off when users write in another language (docs/recall.md).",
     )
     peer_wait_seconds: float = Field(
         120.0,

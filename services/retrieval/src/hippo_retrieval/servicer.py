@@ -46,6 +46,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             convert.mode(request.mode),
             request.top_k or 10,
             request.vector_model,
+            dict(request.query_repairs),
         )
         return convert.search_response(result)
 

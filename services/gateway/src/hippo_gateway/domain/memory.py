@@ -42,11 +42,16 @@ def now_us() -> int:
 
 @dataclass(frozen=True)
 class QuerySpelling:
-    """How Recall queries are repaired: `correct` maps typed text to repaired text; it is
-    what is embedded, and with `lexical` also what BM25 and the speaker step search."""
+    """How Recall queries are repaired. `spell` maps the typed text to the repaired text,
+    which is what is embedded, and the repairs it made (typed word -> repair). What BM25
+    and the speaker step search, by `lexical`:
+    - "words": the typed text with the repairs beside it; the retrieval service searches
+      a typed word as typed where some turn of the user holds it, else its repair;
+    - "repaired": the repaired text;
+    - "typed": the text as typed (BM25 repairs it against its own index)."""
 
-    correct: Callable[[str], str]
-    lexical: bool = True
+    spell: Callable[[str], tuple[str, Mapping[str, str]]]
+    lexical: Literal["words", "repaired", "typed"] = "words"
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,10 @@ class MemoryService:
             vector, model = None, ""
             text, searched = query.query, query
             if self._spelling is not None:
-                text = self._spelling.correct(query.query)
-                if self._spelling.lexical and text != query.query:
+                text, repairs = self._spelling.spell(query.query)
+                if repairs and self._spelling.lexical == "words":
+                    searched = replace(query, repairs=tuple(sorted(repairs.items())))
+                elif repairs and self._spelling.lexical == "repaired":
                     searched = replace(query, query=text)
             if query.mode != Mode.LEXICAL:
                 embedding = await self._embedder.embed([text])

@@ -98,6 +98,9 @@ class RecallQuery:
     # Metadata equality filters, (key, value) sorted; keys declared at the retrieval
     # service, which checks them.
     metadata: tuple[tuple[str, str], ...] = ()
+    # The query speller's repairs (typed word -> repair, lower case), sorted: set by the
+    # gateway for the retrieval service's BM25 and speaker step, never by a caller.
+    repairs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

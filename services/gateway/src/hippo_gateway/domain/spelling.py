@@ -91,8 +91,14 @@ class QuerySpeller:
         return found
 
     def correct(self, text: str) -> str:
+        return self.spell(text)[0]
+
+    def spell(self, text: str) -> tuple[str, dict[str, str]]:
+        """The text with each slip replaced, and the repairs made (the typed word, lower
+        case -> its repair, lower case)."""
         budget = MAX_REPAIRS
         sentence_start = True
+        repairs: dict[str, str] = {}
 
         def one(match: re.Match[str]) -> str:
             nonlocal budget, sentence_start
@@ -115,6 +121,7 @@ class QuerySpeller:
                 repaired = self._search(lower)
             if repaired == lower:
                 return token
+            repairs[lower] = repaired
             return before + (repaired.capitalize() if word[0].isupper() else repaired) + after
 
-        return _TOKEN.sub(one, text)
+        return _TOKEN.sub(one, text), repairs

@@ -17,6 +17,11 @@ so the Tantivy index and the sparse index see the very same terms:
   that look like identifiers (`looks_like_identifier`), so a filler word in "where is
   handleSubmit defined?" cannot outweigh the identifier.
 
+A caller's spelling repairs (`query_terms(query, repairs)`: typed word -> repair) become
+`hints`: the typed word's term -> the repair's term (None when the repair is a stop word).
+An index searches a hinted term as typed when some turn holds it, else as its hint: the
+user's own words ("destress", a friend's nickname) win over a word list's guess.
+
 Query text is cut to MAX_QUERY_CHARS and MAX_QUERY_TERMS distinct terms per field, so a
 pasted log still searches in bounded time. Lone surrogates, which Python strings allow
 and Rust strings reject, are replaced before analysis (turn text too).
@@ -24,8 +29,8 @@ and Rust strings reject, are replaced before analysis (turn text too).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from tantivy import Filter, TextAnalyzer, TextAnalyzerBuilder, Tokenizer
 
@@ -109,6 +114,9 @@ def distinct(tokens: Iterable[str], limit: int) -> list[str]:
 class QueryTerms:
     text: list[str]  # distinct `text` terms, stop words dropped unless that left none
     exact: list[str]  # distinct `exact` terms of the tokens that look like identifiers
+    # A `text` term -> the term of the caller's repair of its word (None: a stop word);
+    # searched when no turn of the scope holds the term itself (module docstring).
+    hints: dict[str, str | None] = field(default_factory=dict)
 
 
 class Analysis:
@@ -120,7 +128,7 @@ class Analysis:
         self._query = text_analyzer(stop_words=stopwords.ENGLISH)
         self._raw_exact = exact_analyzer(lowercase=False)
 
-    def query_terms(self, query: str) -> QueryTerms:
+    def query_terms(self, query: str, repairs: Mapping[str, str] | None = None) -> QueryTerms:
         text = clean_text(query[:MAX_QUERY_CHARS])
         terms = distinct(self._query.analyze(text), MAX_QUERY_TERMS)
         if not terms:  # only stop words ("who are you?"): then they are the query
@@ -132,4 +140,24 @@ class Analysis:
             # The index's own analyzer on the raw token: the term exactly as indexed.
             for token in self.exact.analyze(raw)
         )
-        return QueryTerms(terms, distinct(identifiers, MAX_QUERY_TERMS))
+        return QueryTerms(
+            terms, distinct(identifiers, MAX_QUERY_TERMS), self._hints(terms, repairs or {})
+        )
+
+    def _hints(self, terms: list[str], repairs: Mapping[str, str]) -> dict[str, str | None]:
+        """The query terms of the repaired words -> their repairs' terms (one word is one
+        term, or none when it is a stop word; anything else is not a word and is left
+        out)."""
+        hints: dict[str, str | None] = {}
+        wanted = set(terms)
+        for typed, repaired in repairs.items():
+            typed_terms = self.text.analyze(clean_text(typed))
+            if len(typed_terms) != 1 or typed_terms[0] not in wanted:
+                continue
+            repaired_terms = self._query.analyze(clean_text(repaired))
+            if len(repaired_terms) > 1:
+                continue
+            hint = repaired_terms[0] if repaired_terms else None
+            if hint != typed_terms[0]:
+                hints[typed_terms[0]] = hint
+        return hints

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -129,6 +129,7 @@ class QdrantHybridIndex(QdrantLexicalIndex):
         candidates: int,
         k: float,
         weights: tuple[float, float],
+        query_repairs: Mapping[str, str] | None = None,
     ) -> list[Candidate]:
         """BM25 and nearest neighbours, `candidates` each, fused in the engine by RRF with
         Hippo's `k` and (BM25, vector) `weights` (`engine_k`, `engine_weights`): the
@@ -137,8 +138,8 @@ class QdrantHybridIndex(QdrantLexicalIndex):
         if candidates <= 0:
             return []
         where = qdrant_vectors.scope_filter(scope)
-        terms = self._encoder.query_terms(query)
-        fixed = repairs(terms, self._vocabulary(where)) if self._typos else {}
+        terms = self._encoder.query_terms(query, query_repairs)
+        fixed = repairs(terms, self._vocabulary(where), edits=self._typos)
         indices, values = self._encoder.query(terms, fixed)
         dense = vector_list(vector, self._dimension, "the query")
         prefetch: list[models.Prefetch] = []
@@ -252,8 +253,14 @@ class _LexicalSide(_Side):
         collection refuses, as every lexical index does."""
         self._pair.index.commit()
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
-        return self._pair.index.search(scope, query, limit)
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
+        return self._pair.index.search(scope, query, limit, query_repairs)
 
 
 class _VectorSide(_Side):
@@ -276,8 +283,9 @@ class _VectorSide(_Side):
         candidates: int,
         k: float,
         weights: tuple[float, float],
+        query_repairs: Mapping[str, str] | None = None,
     ) -> list[Candidate]:
-        return self._pair.index.hybrid(scope, query, vector, candidates, k, weights)
+        return self._pair.index.hybrid(scope, query, vector, candidates, k, weights, query_repairs)
 
     def graph_state(self) -> GraphState | None:
         return None  # the server's optimizer builds the graph

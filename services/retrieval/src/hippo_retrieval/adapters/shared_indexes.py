@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import Gauge
@@ -117,9 +117,17 @@ class LeasedIndex:
     def commit(self) -> None:
         """Nothing to do: the collection is durable and searchable per apply."""
 
-    def search(self, scope: Scope, query: Any, limit: int) -> list[Candidate]:
-        """The wrapped index's search: a vector, or the query text (lexical)."""
-        result: list[Candidate] = self._index.search(scope, query, limit)  # type: ignore[attr-defined]
+    def search(
+        self,
+        scope: Scope,
+        query: Any,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
+        """The wrapped index's search: a vector, or the query text (lexical, with its
+        `query_repairs`)."""
+        more = () if query_repairs is None else (query_repairs,)
+        result: list[Candidate] = self._index.search(scope, query, limit, *more)  # type: ignore[attr-defined]
         return result
 
     def graph_state(self) -> GraphState | None:

@@ -135,17 +135,22 @@ class SparseEncoder:
                 weights[term_id(space, term)] += tf * (K1 + 1) / (tf + norm)
         return _sorted(weights)
 
-    def query_terms(self, query: str) -> QueryTerms:
-        return self._analysis.query_terms(query)
+    def query_terms(self, query: str, repairs: Mapping[str, str] | None = None) -> QueryTerms:
+        return self._analysis.query_terms(query, repairs)
 
-    def query(self, terms: QueryTerms, repairs: Mapping[str, Sequence[str]] = {}) -> Sparse:
-        """The query's vector; a term in `repairs` is searched as its repairs instead."""
+    def query(self, terms: QueryTerms, repairs: Mapping[str, Mapping[str, float]] = {}) -> Sparse:
+        """The query's vector; a term in `repairs` is searched as its repairs instead
+        (term -> weight; none: the term is dropped)."""
         weights: defaultdict[int, float] = defaultdict(float)
+        searched: set[str] = set()  # each word once, as the Tantivy index searches them
         for term in terms.text:
-            for repair in repairs.get(term, ()):
-                weights[term_id(TEXT_SPACE, repair)] += TYPO_WEIGHT
-            if term not in repairs:
-                weights[term_id(TEXT_SPACE, term)] += 1.0
+            found = repairs.get(term, {term: 1.0})
+            for repair, weight in found.items():
+                if weight >= 1.0:  # the word itself, or the caller's repair of it
+                    if repair in searched:
+                        continue
+                    searched.add(repair)
+                weights[term_id(TEXT_SPACE, repair)] += weight
         for term in terms.exact:
             weights[term_id(EXACT_SPACE, term)] += EXACT_BOOST
         return _sorted(weights)
@@ -190,23 +195,39 @@ class Vocabulary:
         return out
 
 
-def repairs(terms: QueryTerms, vocabulary: Vocabulary) -> dict[str, list[str]]:
-    """Typo repair (module docstring): for each unknown query term of TYPO_MIN_CHARS+
-    letters (the first TYPO_MAX_TERMS), the terms one edit away that the scope's turns
-    hold; a term with no such neighbour is left out (searched as typed). Queries: one
-    batch of single-term ones for the query's terms, one per unknown term with all its
-    candidates."""
-    probe = [t for t in terms.text if len(t) >= TYPO_MIN_CHARS]
+def repairs(
+    terms: QueryTerms, vocabulary: Vocabulary, *, edits: bool = True
+) -> dict[str, dict[str, float]]:
+    """What each query term no turn of the scope holds is searched as (term -> {repair:
+    weight}; an empty one drops the term), the rest being searched as typed:
+    - a term the caller repaired (`terms.hints`): its repair, when some turn holds it
+      (a stop word: nothing);
+    - otherwise, with `edits` (typo repair, module docstring), for the first
+      TYPO_MAX_TERMS unknown terms of TYPO_MIN_CHARS+ letters, the terms one edit away
+      that the scope's turns hold, at TYPO_WEIGHT each; a term with no such neighbour is
+      searched as typed.
+    Queries: one batch of single-term ones for the query's terms and the hints, one per
+    unknown term with all its one-edit candidates."""
+    probe = [t for t in terms.text if t in terms.hints or (edits and len(t) >= TYPO_MIN_CHARS)]
     if not probe:
         return {}
     held = vocabulary.each([term_id(TEXT_SPACE, t) for t in probe])
     unknown = [t for t, known in zip(probe, held, strict=True) if not known]
-    out: dict[str, list[str]] = {}
-    for term in unknown[:TYPO_MAX_TERMS]:
+    out: dict[str, dict[str, float]] = {}
+    hinted = [t for t in unknown if terms.hints.get(t)]
+    hints_held = vocabulary.each([term_id(TEXT_SPACE, terms.hints[t] or "") for t in hinted])
+    for term, known in zip(hinted, hints_held, strict=True):
+        if known:
+            out[term] = {terms.hints[term] or "": 1.0}
+    for term in unknown:
+        if term in terms.hints and terms.hints[term] is None:
+            out[term] = {}  # repaired to a stop word
+    edited = [t for t in unknown if t not in out and len(t) >= TYPO_MIN_CHARS]
+    for term in edited[:TYPO_MAX_TERMS] if edits else ():
         candidates = {hashed(TEXT_SPACE, c): c for c in one_edit(term)}
         found = vocabulary.among(list(candidates))
         if found:
-            out[term] = sorted(candidates[d] for d in found if d in candidates)
+            out[term] = {candidates[d]: TYPO_WEIGHT for d in sorted(found) if d in candidates}
     return out
 
 
@@ -252,12 +273,18 @@ class EdgeLexicalIndex(EdgeIndex):
         with self._lock:
             self._require()  # but a closed index refuses, as Tantivy's does
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
         if limit <= 0:
             return []
-        terms = self._encoder.query_terms(query)
+        terms = self._encoder.query_terms(query, query_repairs)
         where = scope_filter(scope)
-        fixed = repairs(terms, self._vocabulary(where)) if self._typos else {}
+        fixed = repairs(terms, self._vocabulary(where), edits=self._typos)
         indices, values = self._encoder.query(terms, fixed)
         if not indices:
             return []
@@ -318,12 +345,18 @@ class QdrantLexicalIndex(QdrantIndex):
         with self._lock:
             self._require_open()  # but a closed index refuses, as Tantivy's does
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
         if limit <= 0:
             return []
-        terms = self._encoder.query_terms(query)
+        terms = self._encoder.query_terms(query, query_repairs)
         where = qdrant_vectors.scope_filter(scope)
-        fixed = repairs(terms, self._vocabulary(where)) if self._typos else {}
+        fixed = repairs(terms, self._vocabulary(where), edits=self._typos)
         indices, values = self._encoder.query(terms, fixed)
         if not indices:
             return []

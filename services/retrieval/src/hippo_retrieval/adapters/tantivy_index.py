@@ -53,7 +53,7 @@ them away; the text itself is never stored here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -77,6 +77,7 @@ from hippo_retrieval.adapters.analysis import (
     TYPO_MIN_CHARS,
     TYPO_WEIGHT,
     Analysis,
+    QueryTerms,
     clean_text,
 )
 from hippo_retrieval.domain.models import (
@@ -203,11 +204,18 @@ class TantivyIndex:
 
     # -- reads -------------------------------------------------------------------------
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
         if limit <= 0:  # Tantivy panics (PanicException, a BaseException) on limit 0
             return []
         searcher = self._index.searcher()
-        text_query = self._text_query(query, searcher)
+        terms = self._analysis.query_terms(query, query_repairs)
+        text_query = self._text_query(terms, searcher)
         if text_query is None:
             return []
         return self._ranked(searcher, text_query, scope, limit)
@@ -301,11 +309,22 @@ class TantivyIndex:
         seqs = [searcher.doc(address).get_first(SEQ) for _, address in hits]
         return max((int(s) for s in seqs if isinstance(s, int)), default=0)
 
-    def _text_query(self, query: str, searcher: Searcher) -> Query | None:
-        terms = self._analysis.query_terms(query)
+    def _text_query(self, terms: QueryTerms, searcher: Searcher) -> Query | None:
         clauses: list[tuple[Occur, Query]] = []
         repairs = TYPO_MAX_TERMS if self._typos else 0
-        for token in terms.text:
+        searched: set[str] = set()
+        for typed in terms.text:
+            token = typed
+            if typed in terms.hints and not searcher.doc_freq(TEXT, typed):
+                # The caller's repair of a word no turn holds (analysis.QueryTerms.hints).
+                hint = terms.hints[typed]
+                if hint is None:
+                    continue  # a stop word
+                if searcher.doc_freq(TEXT, hint):
+                    token = hint
+            if token in searched:
+                continue
+            searched.add(token)
             if repairs and len(token) >= TYPO_MIN_CHARS and not searcher.doc_freq(TEXT, token):
                 repairs -= 1
                 known = [t for t in one_edit(token) if searcher.doc_freq(TEXT, t)]

@@ -140,8 +140,16 @@ class LexicalIndex(Protocol):
         """The seq of the last committed change (0 for a new index)."""
         ...
 
-    def search(self, scope: Scope, query: str, limit: int) -> list[Candidate]:
-        """Best first. Any user text is searched as plain words; never raises on syntax."""
+    def search(
+        self,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
+        """Best first. Any user text is searched as plain words; never raises on syntax.
+        `query_repairs` (typed word -> the caller's repair): a typed word no turn holds is
+        searched as its repair when some turn holds that (adapters/analysis.py)."""
         ...
 
     def close(self) -> None: ...

@@ -14,6 +14,7 @@ a hybrid search is one call to it, and the same two steps follow on the fused sc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -23,6 +24,14 @@ from hippo_retrieval.domain.models import Candidate, FusedHit, Mode, Scope, Stor
 from hippo_retrieval.domain.ports import LexicalIndex, TurnStore, VectorIndex
 
 LEXICAL, SEMANTIC = "lexical", "semantic"
+
+
+def speaker_text(query: str, query_repairs: Mapping[str, str] | None) -> str:
+    """What the speaker step reads for names: the query as typed and the caller's
+    repairs of its words ("carolin" and "caroline" both name Caroline)."""
+    if not query_repairs:
+        return query
+    return " ".join([query, *query_repairs.values()])
 
 
 @dataclass(frozen=True)
@@ -54,9 +63,10 @@ class EngineFusion(Protocol):
         candidates: int,
         k: float,
         weights: tuple[float, float],
+        query_repairs: Mapping[str, str] | None = None,
     ) -> list[Candidate]:
         """`candidates` from each retriever, fused by weighted RRF (BM25, vector), best
-        first, with their fused scores."""
+        first, with their fused scores; `query_repairs` as LexicalIndex.search's."""
         ...
 
 
@@ -87,15 +97,25 @@ class Retriever:
         self._engine = vectors if isinstance(vectors, EngineFusion) else None
 
     def search(
-        self, scope: Scope, query: str, vector: Vector | None, mode: Mode, top_k: int
+        self,
+        scope: Scope,
+        query: str,
+        vector: Vector | None,
+        mode: Mode,
+        top_k: int,
+        query_repairs: Mapping[str, str] | None = None,
     ) -> SearchResult:
+        """`query_repairs`: the caller's spelling repairs of words of `query` (typed ->
+        repaired), for BM25 (LexicalIndex.search) and the speaker step."""
         if not 1 <= top_k <= self._config.max_top_k:
             raise InvalidArgument("top_k", f"must be 1..{self._config.max_top_k}, got {top_k}")
         if mode == Mode.HYBRID and self._engine is not None:
-            return self._engine_search(scope, query, vector, top_k)
+            return self._engine_search(scope, query, vector, top_k, query_repairs)
         lists: dict[str, list[Candidate]] = {}
         if mode in (Mode.HYBRID, Mode.LEXICAL):
-            lists[LEXICAL] = self._lexical.search(scope, query, self._config.candidates)
+            lists[LEXICAL] = self._lexical.search(
+                scope, query, self._config.candidates, query_repairs=query_repairs
+            )
         if mode in (Mode.HYBRID, Mode.SEMANTIC):
             if vector is None:
                 raise InvalidArgument("query", "a semantic search needs the query's vector")
@@ -112,14 +132,19 @@ class Retriever:
             if hybrid and steps
             else None,
             neighbour_weight=self._config.neighbour_weight,
-            query=query,
+            query=speaker_text(query, query_repairs),
             speaker_weight=self._config.speaker_weight,
         )
         hits = self._hits(scope, fused)
         return SearchResult(hits, len(lists.get(LEXICAL, [])), len(lists.get(SEMANTIC, [])))
 
     def _engine_search(
-        self, scope: Scope, query: str, vector: Vector | None, top_k: int
+        self,
+        scope: Scope,
+        query: str,
+        vector: Vector | None,
+        top_k: int,
+        query_repairs: Mapping[str, str] | None,
     ) -> SearchResult:
         assert self._engine is not None
         if vector is None:
@@ -132,6 +157,7 @@ class Retriever:
             self._config.candidates,
             self._config.k,
             (weights.get(LEXICAL, 1.0), weights.get(SEMANTIC, 1.0)),
+            query_repairs,
         )
         steps = self._config.neighbour_weight > 0 or self._config.speaker_weight > 0
         refined = refine(
@@ -141,7 +167,7 @@ class Retriever:
             if steps
             else None,
             neighbour_weight=self._config.neighbour_weight,
-            query=query,
+            query=speaker_text(query, query_repairs),
             speaker_weight=self._config.speaker_weight,
         )
         return SearchResult(self._hits(scope, refined), 0, 0, engine_fused=True)

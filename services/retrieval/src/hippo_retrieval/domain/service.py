@@ -73,6 +73,7 @@ from hippo_retrieval.domain.validation import (
     check_filter,
     check_limit,
     check_list,
+    check_repairs,
     check_turns,
     check_vector,
     no_nul,
@@ -322,10 +323,12 @@ class RetrievalService:
         mode: Mode,
         top_k: int,
         vector_model: str = "",
+        query_repairs: Mapping[str, str] | None = None,
     ) -> SearchResult:
         require("tenant", scope.tenant)
         require("user_id", scope.user)
         check_filter(scope.metadata, self._projection.filter_keys)
+        check_repairs(query_repairs or {})
         if mode in (Mode.HYBRID, Mode.LEXICAL) and not query.strip():
             raise InvalidArgument("query", f"is required in {mode.value} mode")
         if mode in (Mode.HYBRID, Mode.SEMANTIC) and vector is None:
@@ -335,7 +338,9 @@ class RetrievalService:
                 vector = await self._query_vector(query, live.model)
             if vector is not None:
                 check_vector("vector", vector, live.model.dimension)
-            result = await self._run(live.retriever.search, scope, query, vector, mode, top_k)
+            result = await self._run(
+                live.retriever.search, scope, query, vector, mode, top_k, query_repairs
+            )
         if not result.engine_fused:  # the engine's fusion does not say
             metrics.CANDIDATES.labels("lexical").observe(result.lexical_candidates)
             metrics.CANDIDATES.labels("semantic").observe(result.semantic_candidates)

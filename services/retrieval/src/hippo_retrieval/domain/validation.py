@@ -7,7 +7,7 @@ field as the proto spells it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,8 @@ MAX_ID = 128
 MAX_DIMENSION = 65536
 MAX_FILTERS = 8  # metadata pairs per Search or List
 MAX_FILTER_VALUE_BYTES = 1024  # as a turn's metadata value
+MAX_REPAIRS = 32  # query_repairs pairs per Search (the gateway's speller makes <= 12)
+MAX_REPAIR_LETTERS = 64
 # PostgreSQL's text type cannot hold U+0000; refused here, the same on both engines, so a
 # turn that the embedded store accepts is never one that cluster mode would refuse.
 NUL = "\x00"
@@ -70,6 +72,24 @@ def check_turns(
             if turn.vector.size > MAX_DIMENSION:
                 raise InvalidArgument(field, f"at most {MAX_DIMENSION} values")
             require(f"turns[{i}].vector_model", turn.vector_model)
+
+
+def check_repairs(repairs: Mapping[str, str]) -> None:
+    """Search's `query_repairs`: a few lower-case words mapped to lower-case words."""
+    if len(repairs) > MAX_REPAIRS:
+        raise InvalidArgument("query_repairs", f"at most {MAX_REPAIRS} pairs, got {len(repairs)}")
+    for typed, repaired in repairs.items():
+        for word in (typed, repaired):
+            if not (
+                1 <= len(word) <= MAX_REPAIR_LETTERS
+                and word.isascii()
+                and word.isalpha()
+                and word.islower()
+            ):
+                raise InvalidArgument(
+                    f"query_repairs[{typed[:MAX_REPAIR_LETTERS]!r}]",
+                    f"words must be 1..{MAX_REPAIR_LETTERS} lower-case letters a-z",
+                )
 
 
 def check_vector(field: str, vector: np.ndarray, dimension: int) -> None:

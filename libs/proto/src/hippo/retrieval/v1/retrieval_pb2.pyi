@@ -61,8 +61,15 @@ class WriteResponse(_message.Message):
     def __init__(self, created: _Optional[_Iterable[bool]] = ..., records: _Optional[_Iterable[_Union[_memory_pb2.MemoryRecord, _Mapping]]] = ..., searchable: _Optional[bool] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k", "vector_model", "metadata")
+    __slots__ = ("tenant", "user_id", "session_id", "start_us", "end_us", "roles", "query", "vector", "mode", "top_k", "vector_model", "metadata", "query_repairs")
     class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class QueryRepairsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +88,7 @@ class SearchRequest(_message.Message):
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     VECTOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    QUERY_REPAIRS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user_id: str
     session_id: str
@@ -93,7 +101,8 @@ class SearchRequest(_message.Message):
     top_k: int
     vector_model: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ..., vector_model: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    query_repairs: _containers.ScalarMap[str, str]
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., start_us: _Optional[int] = ..., end_us: _Optional[int] = ..., roles: _Optional[_Iterable[_Union[_memory_pb2.Role, str]]] = ..., query: _Optional[str] = ..., vector: _Optional[bytes] = ..., mode: _Optional[_Union[_memory_pb2.RecallMode, str]] = ..., top_k: _Optional[int] = ..., vector_model: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., query_repairs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("hits", "lexical_candidates", "semantic_candidates", "embedding_model")
