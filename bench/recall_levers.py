@@ -105,12 +105,15 @@ def embed_once() -> None:
 def with_feedback(
     search: Callable[..., list[Candidate]], m: int, t: int, w: float
 ) -> Callable[..., list[Candidate]]:
-    def prf(self: ti.TantivyIndex, scope: Scope, query: str, limit: int) -> list[Candidate]:
-        first = search(self, scope, query, limit)
+    def prf(
+        self: ti.TantivyIndex, scope: Scope, query: str, limit: int, *more: Any
+    ) -> list[Candidate]:
+        first = search(self, scope, query, limit, *more)
         if len(first) < m:
             return first
         searcher = self._index.searcher()
-        own = set(self._analysis.query_terms(query).text)
+        terms = self._analysis.query_terms(query, *more)
+        own = set(terms.text)
         docs = max(1, searcher.num_docs)
         weights: defaultdict[str, float] = defaultdict(float)
         for hit in first[:m]:
@@ -122,7 +125,7 @@ def with_feedback(
                 if df:
                     weights[stem] += tf / len(stems) * math.log(1 + docs / df) * hit.score
         chosen = sorted(weights.items(), key=lambda kv: -kv[1])[:t]
-        base = self._text_query(query, searcher)
+        base = self._text_query(terms, searcher)
         if not chosen or base is None:
             return first
         total = sum(v for _, v in chosen)
@@ -332,21 +335,26 @@ def main() -> int:
         def repaired(conversations: Any, seed: int | None) -> list[Any]:
             return [(u, q, speller.correct(text)) for u, q, text in questions(conversations, seed)]
 
-        search = RetrievalService.search
+        service_search = RetrievalService.search
 
-        async def with_repairs(self: RetrievalService, scope: Scope, query: str, *a: Any) -> Any:
-            return await search(self, scope, query, *a, query_repairs=speller.spell(query)[1])
+        async def with_repairs(
+            self: RetrievalService, scope: Scope, query: str, vector: Any, mode: Any, top_k: int
+        ) -> Any:
+            repairs = speller.spell(query)[1]
+            return await service_search(
+                self, scope, query, vector, mode, top_k, query_repairs=repairs
+            )
 
         for setting in (args.grid or "vector,both,words").split(","):
             QUERY_TEXT[:] = [speller.correct]
             if setting == "both":
                 lp.questions_of = repaired
             if setting == "words":
-                RetrievalService.search = with_repairs  # type: ignore[method-assign]
+                RetrievalService.search = with_repairs  # type: ignore[method-assign, assignment]
             rows.append((f"query speller, {setting}", one_run(args)))
             print(f"{rows[-1][0]}: {rows[-1][1][1]}", file=sys.stderr)
             lp.questions_of = questions
-            RetrievalService.search = search  # type: ignore[method-assign]
+            RetrievalService.search = service_search  # type: ignore[method-assign]
         QUERY_TEXT.clear()
     else:
         alphas, norms = (args.grid or "0.3,0.4,0.5,0.6,0.7:minmax,max").split(":")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -175,7 +175,17 @@ class MemoryIndex:
     def applied_seq(self) -> int:
         return self.committed
 
-    def search(self, scope: Scope, query: str | Vector, limit: int) -> list[Candidate]:
+    def search(
+        self,
+        scope: Scope,
+        query: str | Vector,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
+    ) -> list[Candidate]:
+        """`query_repairs`: each repaired word is searched beside the typed one (the real
+        indexes choose one of the two per word: test_retrieval_lexical.py)."""
+        if isinstance(query, str) and query_repairs:
+            query = " ".join([query, *query_repairs.values()])
         scored = []
         for t in self.docs.values():
             if not in_scope(t, scope):
