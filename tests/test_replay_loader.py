@@ -16,11 +16,13 @@ from typing import Any
 import grpc
 import locomo_sample
 import pytest
+from click.testing import CliRunner
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
 from hippo_cli import dates, locomo, replay
+from hippo_cli.main import cli
 from hippo_cli.settings import CliSettings
 
 MAY_8 = datetime(2023, 5, 8, tzinfo=UTC)
@@ -47,6 +49,22 @@ AT_1356 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         ("May 8, 2023 1:56 pm", AT_1356),
         ("May 8, 2023 at 13:56", AT_1356),
         ("Sep 8, 2023", datetime(2023, 9, 8, tzinfo=UTC)),
+        # What chat exports add around a date: a weekday, ordinals, brackets, a zone name.
+        ("Monday, 8 May 2023", MAY_8),
+        ("Mon 8 May 2023, 1:56 pm", AT_1356),
+        ("Monday, May 8th, 2023", MAY_8),
+        ("8th May 2023 at 13:56", AT_1356),
+        ("[08.05.2023, 13:56:00]", AT_1356),
+        ("2023-05-08 13:56:00 UTC", AT_1356),
+        ("2023.05.08", MAY_8),
+        # Unix time: seconds, or milliseconds from 13 digits (a JSON number too).
+        ("1683554160", AT_1356),
+        ("1683554160000", AT_1356),
+        (1683554160, AT_1356),
+        # Day-month dates with one reading: a day over 12.
+        ("25/05/2023, 13:56", datetime(2023, 5, 25, 13, 56, tzinfo=UTC)),
+        ("5/25/23, 1:56 PM", datetime(2023, 5, 25, 13, 56, tzinfo=UTC)),
+        ("25-05-2023", datetime(2023, 5, 25, tzinfo=UTC)),
     ],
 )
 def test_each_accepted_date_format_reads_as_utc(text: str, expected: datetime) -> None:
@@ -54,10 +72,55 @@ def test_each_accepted_date_format_reads_as_utc(text: str, expected: datetime) -
     assert locomo.parse_date(text) == expected
 
 
-@pytest.mark.parametrize("text", ["08/05/2023", "5/8/23 1:56 pm"])
+@pytest.mark.parametrize("text", ["08/05/2023", "5/8/23 1:56 pm", "08-05-2023"])
 def test_slashed_day_month_dates_are_refused_as_ambiguous(text: str) -> None:
-    with pytest.raises(ValueError, match="ambiguous"):
+    with pytest.raises(dates.AmbiguousDate, match=r"ambiguous .*--date-order dmy\|mdy"):
         dates.parse(text)
+
+
+def test_a_day_month_order_reads_every_slashed_date_one_way() -> None:
+    assert dates.parse("08/05/2023, 13:56", "dmy") == AT_1356
+    assert dates.parse("05/08/2023 1:56 pm", "mdy") == AT_1356
+    assert dates.parse("5/8/23", "mdy") == MAY_8  # two-digit years as strptime's %y
+    with pytest.raises(ValueError, match="no month 25"):
+        dates.parse("05/25/2023", "dmy")  # the order given wins over a guess
+    # The order a set of dates agrees on: one date with a field over 12 tells.
+    assert dates.order_of(["05/08/2023", "25/05/2023", "8 May 2023"]) == "dmy"
+    assert dates.order_of(["05/08/2023", "05/25/2023"]) == "mdy"
+    assert dates.order_of(["05/08/2023", "2023-05-08", "08.05.2023"]) is None
+    with pytest.raises(ValueError, match="'13/05/2023' is day first, '05/13/2023' month"):
+        dates.order_of(["13/05/2023", "05/13/2023"])
+
+
+def _file(tmp_path: Path, *session_dates: str) -> Path:
+    sample = locomo_sample.conversation(0, sessions=len(session_dates))
+    for n, value in enumerate(session_dates, start=1):
+        sample["conversation"][f"session_{n}_date_time"] = value
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_a_file_settles_its_own_day_month_order(tmp_path: Path) -> None:
+    """One date with a day over 12 says how the file's ambiguous ones read; a file whose
+    dates never say is refused until --date-order does, and so is one that says both."""
+    times = lambda convs: sorted({t.time_us for t in convs[0].turns})  # noqa: E731
+    day_first = _file(tmp_path, "04/05/2023, 10:00", "25/05/2023, 09:30")
+    assert times(locomo.load(day_first)) == [
+        int(datetime(2023, 5, 4, 10, tzinfo=UTC).timestamp()) * 1_000_000,
+        int(datetime(2023, 5, 25, 9, 30, tzinfo=UTC).timestamp()) * 1_000_000,
+    ]
+    month_first = _file(tmp_path, "04/05/2023", "05/25/2023")
+    assert times(locomo.load(month_first))[0] == int(
+        datetime(2023, 4, 5, tzinfo=UTC).timestamp()) * 1_000_000  # fmt: skip
+    unsaid = _file(tmp_path, "04/05/2023", "05/06/2023")
+    with pytest.raises(locomo.FileError, match=r"session_1_date_time: .*--date-order"):
+        locomo.load(unsaid)
+    assert times(locomo.load(unsaid, "mdy"))[0] == int(
+        datetime(2023, 4, 5, tzinfo=UTC).timestamp()) * 1_000_000  # fmt: skip
+    both = _file(tmp_path, "13/05/2023", "05/13/2023")
+    with pytest.raises(locomo.FileError, match=r"chats.json: day-month dates in both orders"):
+        locomo.load(both)
 
 
 @pytest.mark.parametrize("text", ["yesterday", "31.02.2023", "", "13:56"])
@@ -125,6 +188,7 @@ class Gateway(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, script: list[tuple[grpc.StatusCode, float | None, bool]]) -> None:
         self.script = list(script)
         self.stored: dict[tuple[str, str], str] = {}
+        self.times: dict[tuple[str, str], int] = {}  # microseconds
         self.refused_at: list[float] = []
         self.accepted_at: list[float] = []
         self.deadlines: list[float | None] = []
@@ -153,6 +217,7 @@ class Gateway(memory_pb2_grpc.MemoryServiceServicer):
             key = (request.scope.user_id, turn.client_id)
             created += key not in self.stored
             self.stored[key] = turn.text
+            self.times[key] = turn.time.ToMicroseconds()
         return memory_pb2.RememberResponse(
             created=created, deduplicated=len(request.turns) - created
         )
@@ -173,6 +238,23 @@ async def serve() -> AsyncIterator[Any]:
     yield start
     for server in servers:
         await server.stop(None)
+
+
+async def test_hippo_replay_reads_slashed_dates_as_date_order_says(
+    serve: Any, tmp_path: Path
+) -> None:
+    gateway = Gateway([])
+    settings = await serve(gateway)
+    path = _file(tmp_path, "04/05/2023", "05/06/2023")  # no day over 12: no order told
+    env = {"HIPPO_CLI_GATEWAY_ADDR": settings.gateway_addr, "HIPPO_CLI_DATA_DIR": str(tmp_path)}
+    refused = await asyncio.to_thread(CliRunner().invoke, cli, ["replay", str(path)], env=env)
+    assert refused.exit_code == 2 and "--date-order dmy|mdy" in refused.output
+    assert gateway.stored == {}  # nothing sent
+    args = ["replay", str(path), "--date-order", "mdy"]
+    done = await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
+    assert done.exit_code == 0, done.output
+    april_5 = int(datetime(2023, 4, 5, tzinfo=UTC).timestamp()) * 1_000_000
+    assert min(gateway.times.values()) == april_5
 
 
 def _archive(tmp_path: Path, conversations: int = 3) -> list[locomo.Conversation]:

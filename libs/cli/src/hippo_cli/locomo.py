@@ -26,6 +26,7 @@ from hippo_cli import dates
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SESSION = re.compile(r"^session_(\d+)$")
+_SESSION_DATE = re.compile(r"^session_\d+_date_time$")
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 # The Memory API's identifier rule (scope ids, client ids): checked here so a file the
 # gateway would refuse half-way through is refused before anything is sent.
@@ -63,10 +64,11 @@ class Conversation:
     questions: tuple[Question, ...]
 
 
-def parse_date(text: str) -> datetime:
+def parse_date(text: str, order: dates.Order | None = None) -> datetime:
     """'1:56 pm on 8 May, 2023' (or ISO 8601, '08.05.2023, 13:56', '8 May 2023', ...: see
-    `hippo_cli.dates`) -> that moment in UTC; a value without a zone is taken as UTC."""
-    return dates.parse(text)
+    `hippo_cli.dates`) -> that moment in UTC; a value without a zone is taken as UTC.
+    `order`: how the file writes numeric day-month dates ("dmy" or "mdy"), if it does."""
+    return dates.parse(text, order)
 
 
 def repair_evidence(raw: list[Any], known: set[str]) -> tuple[str, ...]:
@@ -84,12 +86,12 @@ def repair_evidence(raw: list[Any], known: set[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _turn_time(conv: dict[str, Any], n: int, where: str) -> int:
+def _turn_time(conv: dict[str, Any], n: int, where: str, order: dates.Order | None) -> int:
     field = f"session_{n}_date_time"
     if field not in conv:
         raise FileError(f"{where}: {field} is missing (session_{n} has turns)")
     try:
-        when = parse_date(conv[field])
+        when = parse_date(conv[field], order)
     except ValueError as exc:
         raise FileError(f"{where}: {field}: cannot read the date: {exc}") from None
     if when < _EPOCH:  # the API refuses turn times before the Unix epoch
@@ -104,7 +106,9 @@ def _text(raw: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _conversation(sample: Any, path: Path, index: int) -> Conversation:
+def _conversation(
+    sample: Any, path: Path, index: int, order: dates.Order | None = None
+) -> Conversation:
     if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
         raise FileError(f"{path}: sample [{index}]: expected an object with a 'conversation'")
     sample_id = str(sample.get("sample_id", ""))
@@ -118,7 +122,7 @@ def _conversation(sample: Any, path: Path, index: int) -> Conversation:
     turns: list[Turn] = []
     seen: set[str] = set()
     for n in sessions:
-        time_us = _turn_time(conv, n, where)
+        time_us = _turn_time(conv, n, where, order)
         if not isinstance(conv[f"session_{n}"], list):
             raise FileError(f"{where}: session_{n} must be a list of turns")
         for i, raw in enumerate(conv[f"session_{n}"]):
@@ -162,15 +166,34 @@ def _conversation(sample: Any, path: Path, index: int) -> Conversation:
     )
 
 
-def load(path: Path) -> list[Conversation]:
-    """Every conversation of the file at `path`, all checked; FileError otherwise."""
+def session_dates(data: list[Any]) -> list[Any]:
+    """Every session_<n>_date_time value of a file's samples."""
+    return [
+        value
+        for sample in data
+        if isinstance(sample, dict) and isinstance(sample.get("conversation"), dict)
+        for key, value in sample["conversation"].items()
+        if _SESSION_DATE.match(key)
+    ]
+
+
+def load(path: Path, date_order: dates.Order | None = None) -> list[Conversation]:
+    """Every conversation of the file at `path`, all checked; FileError otherwise.
+    `date_order`: how the file writes numeric day-month dates (08/05/2023); None reads it
+    from the file's own dates (one with a day over 12 tells: `dates.order_of`)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FileError(f"{path}: cannot read it as JSON: {exc}") from None
     if not isinstance(data, list):
         raise FileError(f"{path}: expected a list of LoCoMo samples")
-    out = [_conversation(sample, Path(path), i) for i, sample in enumerate(data)]
+    order = date_order
+    if order is None:
+        try:
+            order = dates.order_of(session_dates(data))
+        except ValueError as exc:
+            raise FileError(f"{path}: {exc}: say which with --date-order dmy|mdy") from None
+    out = [_conversation(sample, Path(path), i, order) for i, sample in enumerate(data)]
     ids = [c.sample_id for c in out]
     if len(set(ids)) != len(ids):
         twice = next(i for i in ids if ids.count(i) > 1)

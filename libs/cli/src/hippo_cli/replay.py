@@ -30,7 +30,7 @@ import click
 import grpc
 
 from hippo.memory.v1 import memory_pb2, memory_pb2_grpc
-from hippo_cli import api, locomo
+from hippo_cli import api, dates, locomo
 from hippo_cli.settings import CliSettings
 from hippo_core import backoff, files
 
@@ -365,6 +365,14 @@ def progress_path(settings: CliSettings, file: Path, user_prefix: str) -> Path:
     help="Seconds without a single acknowledged call before the replay stops (it can be "
     "resumed by running the same command again).",
 )
+@click.option(
+    "--date-order",
+    type=click.Choice(dates.ORDERS),
+    default=None,
+    help="How FILE writes numeric day-month dates such as 08/05/2023: dmy (8 May) or mdy "
+    "(5 August). Default: read from the file's own dates (one with a day over 12 tells); "
+    "a file where none does is refused until this says.",
+)
 @click.pass_obj
 def replay(
     settings: CliSettings,
@@ -374,12 +382,13 @@ def replay(
     restart: bool,
     progress_file: Path | None,
     give_up_after: float,
+    date_order: dates.Order | None,
 ) -> None:
     """Load a LoCoMo-format FILE through the API, in chronological order. The whole file
     is read and checked before anything is sent; a busy cluster slows the load down
     rather than failing it; an interrupted run resumes where it stopped."""
     try:
-        conversations = locomo.load(file)
+        conversations = locomo.load(file, date_order)
     except locomo.FileError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -389,7 +398,8 @@ def replay(
             click.echo(f"error: user id {user!r} (--user-prefix + sample_id) must be "
                        "1..128 of [A-Za-z0-9._:@-]", err=True)  # fmt: skip
             sys.exit(2)
-    fingerprint = hashlib.sha256(file.read_bytes()).hexdigest()
+    # A resumed run must read the dates as the first did: --date-order is part of it.
+    fingerprint = hashlib.sha256(file.read_bytes() + (date_order or "").encode()).hexdigest()
     path = progress_file or progress_path(settings, file, user_prefix)
     ledger = Ledger.open(path, fingerprint, restart=restart)
     started = time.monotonic()
