@@ -106,13 +106,17 @@ def with_feedback(
     search: Callable[..., list[Candidate]], m: int, t: int, w: float
 ) -> Callable[..., list[Candidate]]:
     def prf(
-        self: ti.TantivyIndex, scope: Scope, query: str, limit: int, *more: Any
+        self: ti.TantivyIndex,
+        scope: Scope,
+        query: str,
+        limit: int,
+        query_repairs: Mapping[str, str] | None = None,
     ) -> list[Candidate]:
-        first = search(self, scope, query, limit, *more)
+        first = search(self, scope, query, limit, query_repairs)
         if len(first) < m:
             return first
         searcher = self._index.searcher()
-        terms = self._analysis.query_terms(query, *more)
+        terms = self._analysis.query_terms(query, query_repairs)
         own = set(terms.text)
         docs = max(1, searcher.num_docs)
         weights: defaultdict[str, float] = defaultdict(float)
