@@ -198,6 +198,10 @@ def test_named_speaker_matches_whole_names() -> None:
     assert named_speaker("what did ana say", speakers) == "Dr. Ana Smith"
     assert named_speaker("caroline and mel", speakers) is None
     assert named_speaker("anyone", speakers) is None
+    # A possessive without its apostrophe, as chats type it, with a slip or without.
+    assert named_speaker("wat was carolimes idea", speakers) == "Caroline"
+    assert named_speaker("whats mels job", speakers) == "Mel"
+    assert named_speaker("the melts", speakers) is None
 
 
 def test_the_speaker_step_reads_the_callers_repairs_beside_the_typed_words() -> None:

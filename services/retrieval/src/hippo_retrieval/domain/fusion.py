@@ -188,8 +188,11 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
     """The one speaker the query names (by any of their names of 3+ letters, any case;
     one of 5+ letters also with one typing slip), or None when it names none or
     several: "What did Caroline research?" is about Caroline's own turns; "What do
-    Caroline and Melanie share?" is about both, and boosting one would hurt."""
+    Caroline and Melanie share?" is about both, and boosting one would hurt. A
+    possessive typed without its apostrophe ("carolines", "jons") names them too, slip
+    or not."""
     words = {w.lower() for w in _WORD.findall(query)}
+    words |= {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
     found = []
     for speaker in speakers:
         names = [n for n in _WORD.findall(speaker.lower()) if len(n) >= 3]
