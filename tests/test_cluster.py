@@ -114,6 +114,9 @@ def test_remember_recall_forget_from_the_terminal(cluster: LocalCluster) -> None
     hits = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert hits[0]["client_id"] == "m1" and hits[0]["lexical_rank"] == 1
     assert hits[0]["semantic_rank"] == 0 and "time" in hits[0]
+    slipped = _hippo(cluster, "recall", "when did I move to lisbn", "--user", "alice")
+    assert slipped.stdout.splitlines()[0] == "(typing slips repaired: lisbn -> lisbon)"
+    assert "Lisbon" in slipped.stdout.splitlines()[2]
 
     forgot = _hippo(cluster, "forget", "--user", "alice", "--yes")
     assert "erased 2 memories" in forgot.stdout

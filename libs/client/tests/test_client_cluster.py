@@ -58,7 +58,10 @@ def test_the_blocking_client_round_trip(cluster: LocalCluster) -> None:
         top = found.hits[0].memory
         assert top.id == stored.memory_ids[0] and top.role == "user" and top.client_id == "m1"
         assert top.metadata == {"app": "sdk-test"} and top.time is not None
-        assert found.hits[0].lexical_rank == 1
+        assert found.hits[0].lexical_rank == 1 and found.query_repairs == {}
+        slipped = hippo.recall("sdk-alice", "my buld fails", mode="lexical", top_k=5)
+        assert slipped.query_repairs == {"buld": "build"}
+        assert slipped.hits[0].memory.id == stored.memory_ids[0]
         only_assistant = hippo.recall("sdk-alice", "dev server port", roles=["assistant"])
         assert {h.memory.role for h in only_assistant} == {"assistant"}
 

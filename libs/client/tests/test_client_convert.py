@@ -127,10 +127,12 @@ def test_results_convert_to_dataclasses() -> None:
     reply = pb.RecallResponse(
         hits=[pb.Hit(memory=_record(time=stamp), fused_score=0.5, lexical_rank=1)],
         lexical_candidates=4,
+        query_repairs={"reserch": "research"},
     )
     result = convert.recall_result(reply)
     (hit,) = result
     assert len(result) == 1 and result.lexical_candidates == 4
+    assert result.query_repairs == {"reserch": "research"}
     assert hit.memory.id == "m1" and hit.memory.role == "assistant"
     assert hit.memory.time == datetime(2024, 6, 1, tzinfo=UTC) and hit.memory.sequence == 3
     assert hit.memory.metadata == {"speaker": "Bot"} and hit.semantic_rank == 0

@@ -128,6 +128,9 @@ def test_a_typing_slip_is_repaired_before_the_query_is_searched(stub) -> None:  
         typed = recall(stub, "acme", user, "how is the relatioonship going latley", mode)
         right = recall(stub, "acme", user, "how is the relationship going lately", mode)
         assert texts_of(typed)[0] == "Our relationship has been great lately."
+        # The reply says what was repaired (the caller may show it: "did you mean").
+        assert dict(typed.query_repairs) == {"relatioonship": "relationship", "latley": "lately"}
+        assert dict(right.query_repairs) == {}
         assert [
             (h.memory.memory_id, h.semantic_score, h.lexical_score, h.fused_score)
             for h in typed.hits

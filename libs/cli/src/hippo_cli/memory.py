@@ -94,6 +94,9 @@ def _request(query: dict[str, Any], line: int | None = None) -> memory_pb2.Recal
 
 
 def _table(reply: memory_pb2.RecallResponse) -> None:
+    if reply.query_repairs:
+        repaired = ", ".join(f"{k} -> {v}" for k, v in sorted(reply.query_repairs.items()))
+        click.echo(f"(typing slips repaired: {repaired})")
     if not reply.hits:
         click.echo("no memories found")
         return

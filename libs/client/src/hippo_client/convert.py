@@ -167,6 +167,7 @@ def recall_result(reply: pb.RecallResponse) -> types.RecallResult:
         hits=tuple(hit(h) for h in reply.hits),
         lexical_candidates=reply.lexical_candidates,
         semantic_candidates=reply.semantic_candidates,
+        query_repairs=dict(reply.query_repairs),
     )
 
 

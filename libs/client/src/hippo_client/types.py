@@ -79,6 +79,8 @@ class RecallResult:
     hits: tuple[Hit, ...]
     lexical_candidates: int
     semantic_candidates: int
+    # Typing slips the service repaired in the query: typed word -> repair.
+    query_repairs: Mapping[str, str] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Hit]:
         return iter(self.hits)

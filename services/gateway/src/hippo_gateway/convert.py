@@ -175,6 +175,7 @@ def recall_response(result: Recalled) -> memory_pb2.RecallResponse:
         ],
         lexical_candidates=result.lexical_candidates,
         semantic_candidates=result.semantic_candidates,
+        query_repairs=result.query_repairs,
     )
 
 

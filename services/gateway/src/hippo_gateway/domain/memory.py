@@ -172,6 +172,7 @@ class MemoryService:
         with metrics.RECALL_SECONDS.labels(query.mode.value).time():
             vector, model = None, ""
             text, searched = query.query, query
+            repairs: Mapping[str, str] = {}
             if self._spelling is not None:
                 text, repairs = self._spelling.spell(query.query)
                 if repairs and self._spelling.lexical == "words":
@@ -183,6 +184,8 @@ class MemoryService:
                 vector, model = embedding.vectors[0], embedding.model
             # The audit entry fingerprints the query as the caller typed it.
             result = await self._store.search(tenant, searched, vector, model)
+            if repairs:
+                result = replace(result, query_repairs=dict(repairs))
         metrics.RECALL_HITS.labels(query.mode.value).observe(len(result.hits))
         if audited and self._audit is not None:
             await self._audit.recalled(tenant, query, result)

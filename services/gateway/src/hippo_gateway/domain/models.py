@@ -158,6 +158,8 @@ class Recalled:
     hits: list[Hit]
     lexical_candidates: int
     semantic_candidates: int
+    # The query speller's repairs (typed word -> repair), disclosed to the caller.
+    query_repairs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -240,14 +240,23 @@ class Hit(_message.Message):
     def __init__(self, memory: _Optional[_Union[MemoryRecord, _Mapping]] = ..., fused_score: _Optional[float] = ..., lexical_rank: _Optional[int] = ..., semantic_rank: _Optional[int] = ..., lexical_score: _Optional[float] = ..., semantic_score: _Optional[float] = ...) -> None: ...
 
 class RecallResponse(_message.Message):
-    __slots__ = ("hits", "lexical_candidates", "semantic_candidates")
+    __slots__ = ("hits", "lexical_candidates", "semantic_candidates", "query_repairs")
+    class QueryRepairsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     HITS_FIELD_NUMBER: _ClassVar[int]
     LEXICAL_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     SEMANTIC_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    QUERY_REPAIRS_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     lexical_candidates: int
     semantic_candidates: int
-    def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ...) -> None: ...
+    query_repairs: _containers.ScalarMap[str, str]
+    def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., lexical_candidates: _Optional[int] = ..., semantic_candidates: _Optional[int] = ..., query_repairs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ContextZone(_message.Message):
     __slots__ = ("kind", "text", "tokens", "memory_ids")
