@@ -9,6 +9,7 @@ By default it starts a private cluster (`hippo up` on free ports, a temporary da
 `--gateway ADDR --api-key KEY` measures a cluster that is already running instead.
 
     .venv/bin/python bench/recall_locomo.py [--data FILE] [--json OUT] [--informal SEED]
+        [--date-order dmy|mdy]
 
 `--informal SEED` also asks every question as people type it (bench/informal.py: chat
 spellings, dropped apostrophes, keyboard slips), in LEXICAL and HYBRID mode.
@@ -42,6 +43,7 @@ from stats import percentile, recall_at
 from hippo.memory.v1 import memory_pb2
 from hippo_cli import api, locomo
 from hippo_cli.cluster import local_cluster
+from hippo_cli.dates import ORDERS, Order
 from hippo_cli.replay import Ledger, replay_all
 from hippo_cli.settings import CliSettings
 
@@ -147,9 +149,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 async def measure(
-    settings: CliSettings, data: Path, top_k: int, informal_seed: int | None = None
+    settings: CliSettings,
+    data: Path,
+    top_k: int,
+    informal_seed: int | None = None,
+    date_order: Order | None = None,
 ) -> dict[str, Any]:
-    conversations = locomo.load(data)
+    conversations = locomo.load(data, date_order)
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"  # never collides with an earlier run's users
     turns = sum(len(c.turns) for c in conversations)
     started = time.perf_counter()
@@ -208,7 +214,9 @@ def private_run(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]
         print(f"starting a private cluster {env} ...", file=sys.stderr)
         with local_cluster(Path(tmp), env) as cluster:
             settings = CliSettings(gateway_addr=cluster.gateway, timeout_seconds=30)
-            report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
+            report = asyncio.run(
+                measure(settings, args.data, args.top_k, args.informal, args.date_order)
+            )
     report["settings"] = env
     return report
 
@@ -248,6 +256,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo-format file")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--date-order",
+        choices=ORDERS,
+        help="how --data writes numeric day-month dates (as hippo replay's --date-order)",
+    )
     parser.add_argument("--gateway", help="use this running gateway (host:port)")
     parser.add_argument("--api-key", help="API key for --gateway")
     parser.add_argument("--top-k", type=int, default=max(KS))
@@ -299,7 +312,9 @@ def main() -> int:
         settings = CliSettings(
             gateway_addr=args.gateway, api_key=args.api_key or "", timeout_seconds=30
         )
-        report = asyncio.run(measure(settings, args.data, args.top_k, args.informal))
+        report = asyncio.run(
+            measure(settings, args.data, args.top_k, args.informal, args.date_order)
+        )
         report["settings"] = extra_env
     else:
         report = private_run(args, extra_env)

@@ -57,6 +57,8 @@ AT_1356 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         ("[08.05.2023, 13:56:00]", AT_1356),
         ("2023-05-08 13:56:00 UTC", AT_1356),
         ("2023.05.08", MAY_8),
+        ("2023-05-08 15:56:00 +0200", AT_1356),  # a space before the offset, as logs write it
+        ("Mon, 08 May 2023 15:56:00 +0200", AT_1356),  # e-mail style (RFC 2822)
         # Unix time: seconds, or milliseconds from 13 digits (a JSON number too).
         ("1683554160", AT_1356),
         ("1683554160000", AT_1356),

@@ -16,6 +16,7 @@ converted.
 
 from __future__ import annotations
 
+import email.utils
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -62,9 +63,18 @@ _WEEKDAY = re.compile(
 )
 _ORDINAL = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
 _UTC_NAME = re.compile(r"\s+(?:UTC|GMT)$", re.IGNORECASE)
+_OFFSET_AFTER_SPACE = re.compile(r"\s+([+-]\d{2}:?\d{2})$")
 _UNIX = re.compile(r"^\d{9,13}(?:\.\d+)?$")
 # "p.m." and "1:56pm" are common in exports; strptime wants "PM" after a space.
 _MERIDIEM = re.compile(r"(\d)\s*([ap])\.?\s?m\.?(?=\s|,|$)", re.IGNORECASE)
+
+
+def _rfc2822(text: str) -> datetime | None:
+    """An e-mail style date ("Mon, 08 May 2023 13:56:12 +0000"), or None."""
+    try:
+        return email.utils.parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 class AmbiguousDate(ValueError):
@@ -160,12 +170,16 @@ def parse(text: object, order: Order | None = None) -> datetime:
             return datetime.strptime(normal, fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
+    when: datetime | None
     try:
-        # ISO 8601: "Z", offsets, date-only and a space for the T (Python 3.11+).
-        when = datetime.fromisoformat(value)
+        # ISO 8601: "Z", offsets, date-only and a space for the T (Python 3.11+); a space
+        # before the offset too ("2023-05-08 13:56:00 +0200", as logs write it).
+        when = datetime.fromisoformat(_OFFSET_AFTER_SPACE.sub(r"\1", value))
     except ValueError:
+        when = _rfc2822(str(text))
+    if when is None:
         raise ValueError(
             f"{text!r} is not a date this reader knows; accepted are e.g. "
             + ", ".join(repr(e) for e in EXAMPLES)
-        ) from None
+        )
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
