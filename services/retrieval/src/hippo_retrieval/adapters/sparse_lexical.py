@@ -211,17 +211,20 @@ def repairs(
     probe = [t for t in terms.text if t in terms.hints or (edits and len(t) >= TYPO_MIN_CHARS)]
     if not probe:
         return {}
-    held = vocabulary.each([term_id(TEXT_SPACE, t) for t in probe])
-    unknown = [t for t, known in zip(probe, held, strict=True) if not known]
+    # The caller's repairs are asked in the same batch: one round trip, not two.
+    hints = [h for t in probe if (h := terms.hints.get(t)) is not None]
+    asked = list(dict.fromkeys([*probe, *hints]))
+    held = dict(zip(asked, vocabulary.each([term_id(TEXT_SPACE, t) for t in asked]), strict=True))
+    unknown = [t for t in probe if not held[t]]
     out: dict[str, dict[str, float]] = {}
-    hinted = [t for t in unknown if terms.hints.get(t)]
-    hints_held = vocabulary.each([term_id(TEXT_SPACE, terms.hints[t] or "") for t in hinted])
-    for term, known in zip(hinted, hints_held, strict=True):
-        if known:
-            out[term] = {terms.hints[term] or "": 1.0}
     for term in unknown:
-        if term in terms.hints and terms.hints[term] is None:
+        if term not in terms.hints:
+            continue
+        hint = terms.hints[term]
+        if hint is None:
             out[term] = {}  # repaired to a stop word
+        elif held[hint]:
+            out[term] = {hint: 1.0}
     edited = [t for t in unknown if t not in out and len(t) >= TYPO_MIN_CHARS]
     for term in edited[:TYPO_MAX_TERMS] if edits else ():
         candidates = {hashed(TEXT_SPACE, c): c for c in one_edit(term)}
