@@ -98,10 +98,15 @@ def _slashed(value: str) -> re.Match[str] | None:
     return m if m and (m.group(2) == "/" or len(m.group(4)) == 4) else None
 
 
-def _fields(value: str) -> tuple[int, int] | None:
-    """The two leading fields of a slashed day-month date, or None for anything else."""
-    m = _slashed(value)
-    return (int(m.group(1)), int(m.group(3))) if m else None
+def _told(m: re.Match[str]) -> Order | None:
+    """The order one slashed date shows by itself: "dmy" when its first field is over 12,
+    "mdy" when its second is, None when both could be a month."""
+    first, second = int(m.group(1)), int(m.group(3))
+    if first > 12 >= second:
+        return "dmy"
+    if second > 12 >= first:
+        return "mdy"
+    return None
 
 
 def order_of(values: Iterable[object]) -> Order | None:
@@ -110,14 +115,10 @@ def order_of(values: Iterable[object]) -> Order | None:
     when none tells. ValueError naming two values when they disagree."""
     seen: dict[Order, str] = {}
     for raw in values:
-        fields = _fields(_plain(raw))
-        if fields is None:
-            continue
-        first, second = fields
-        if first > 12 >= second:
-            seen.setdefault("dmy", str(raw))
-        elif second > 12 >= first:
-            seen.setdefault("mdy", str(raw))
+        m = _slashed(_plain(raw))
+        told = _told(m) if m else None
+        if told is not None:
+            seen.setdefault(told, str(raw))
     if len(seen) == 2:
         raise ValueError(
             f"day-month dates in both orders: {seen['dmy']!r} is day first, "
@@ -132,18 +133,14 @@ def _unslashed(value: str, order: Order | None, text: object) -> str:
     m = _slashed(value)
     if m is None:
         return value
-    first, second = int(m.group(1)), int(m.group(3))
+    order = order or _told(m)
     if order is None:
-        if first > 12 >= second:
-            order = "dmy"
-        elif second > 12 >= first:
-            order = "mdy"
-        else:
-            raise AmbiguousDate(
-                f"{text!r} is ambiguous (dd/mm/yyyy or mm/dd/yyyy?): write it as 2023-05-08 "
-                "or 8 May 2023, or say which order the file uses (hippo replay --date-order "
-                "dmy|mdy)"
-            )
+        raise AmbiguousDate(
+            f"{text!r} is ambiguous (dd/mm/yyyy or mm/dd/yyyy?): write it as 2023-05-08 "
+            "or 8 May 2023, or say which order the file uses (hippo replay --date-order "
+            "dmy|mdy)"
+        )
+    first, second = int(m.group(1)), int(m.group(3))
     day, month = (first, second) if order == "dmy" else (second, first)
     year = int(m.group(4))
     if len(m.group(4)) == 2:  # as strptime's %y: 69-99 are 1969-1999, 00-68 2000-2068
