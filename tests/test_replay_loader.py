@@ -67,6 +67,25 @@ AT_1356 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
         ("25/05/2023, 13:56", datetime(2023, 5, 25, 13, 56, tzinfo=UTC)),
         ("5/25/23, 1:56 PM", datetime(2023, 5, 25, 13, 56, tzinfo=UTC)),
         ("25-05-2023", datetime(2023, 5, 25, tzinfo=UTC)),
+        # Other spellings exports and people write.
+        ("8th of May 2023", MAY_8),
+        ("8-May-2023", MAY_8),
+        ("08-May-23", MAY_8),
+        ("Sept 8, 2023", datetime(2023, 9, 8, tzinfo=UTC)),
+        ("Sep. 8, 2023", datetime(2023, 9, 8, tzinfo=UTC)),
+        ("13:56, 8 May 2023", AT_1356),  # the time first
+        ("1:56 pm, May 8, 2023", AT_1356),
+        ("2023-05-08 1:56 PM", AT_1356),
+        ("08.05.23", MAY_8),
+        ("20230508", MAY_8),  # ISO 8601's basic form
+        # A zone after a space: offsets and the common abbreviations.
+        ("08 May 2023 14:56:00 CET", AT_1356),
+        ("Mon, 08 May 2023 06:56:00 PDT", AT_1356),
+        ("08.05.2023 15:56 UTC+2", AT_1356),
+        ("08.05.2023 15:56 GMT+02:00", AT_1356),
+        ("25/05/2023 08:56 -0500", datetime(2023, 5, 25, 13, 56, tzinfo=UTC)),
+        ("2023-05-08 13:56 Z", AT_1356),
+        ("8 May 2023 11:56 utc-2", AT_1356),
     ],
 )
 def test_each_accepted_date_format_reads_as_utc(text: str, expected: datetime) -> None:
@@ -125,7 +144,22 @@ def test_a_file_settles_its_own_day_month_order(tmp_path: Path) -> None:
         locomo.load(both)
 
 
-@pytest.mark.parametrize("text", ["yesterday", "31.02.2023", "", "13:56"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("8 May 2023 13:56 IST", "'IST' names several (India, Ireland or Israel)"),
+        ("8 May 2023 13:56 XYZT", "'XYZT' is not one this reader knows: write the offset"),
+        ("8 May 2023 13:56 +25:00", "'+25:00' is not a UTC offset"),
+    ],
+)
+def test_a_zone_that_is_unknown_or_ambiguous_is_refused_not_read_as_utc(
+    text: str, expected: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        dates.parse(text)
+
+
+@pytest.mark.parametrize("text", ["yesterday", "31.02.2023", "", "13:56", "8 May 2023 noon"])
 def test_unreadable_dates_name_the_accepted_formats(text: str) -> None:
     with pytest.raises(ValueError, match=re.escape("accepted are e.g. '1:56 pm on 8 May, 2023'")):
         dates.parse(text)
@@ -146,7 +180,9 @@ def test_a_bad_date_names_file_conversation_field_and_value(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda s: s["conversation"]["session_2"][0].pop("dia_id"), "session_2[0]: dia_id"),
+        (lambda s: s["conversation"]["session_2"][0].update(dia_id="D 2"), "session_2[0]: dia_id"),
+        (lambda s: s["conversation"]["session_2"][0].pop("speaker"), "session_2[0]: speaker"),
+        (lambda s: s["qa"].append({"answer": "x"}), "qa[0]: question must be"),
         (lambda s: s["conversation"]["session_1"][1].update(dia_id="D1:1"), "appears twice"),
         (lambda s: s["conversation"].update(session_1_date_time="1 Jan 1960"), "before 1970"),
         (lambda s: s["conversation"].pop("session_2_date_time"), "session_2_date_time is miss"),
@@ -162,6 +198,64 @@ def test_other_file_problems_are_found_before_sending(
     path.write_text(json.dumps([sample]))
     with pytest.raises(locomo.FileError, match=re.escape(expected)):
         locomo.load(path)
+
+
+def _messy(tmp_path: Path) -> Path:
+    """A real export's habits, each with one sensible reading (locomo's docstring)."""
+    long_text = " ".join(["word"] * 16_000)  # 80,000 bytes: three turns of the API's 32 KiB
+    session = [
+        {"speaker": "Ana", "dia_id": 7, "text": "A number for an id."},
+        {"speaker": "Ben", "text": "No id: made from my place."},
+        {"speaker": "Ana", "dia_id": "pic", "text": "", "blip_caption": "a red bicycle"},
+        {"speaker": "Ben", "dia_id": "blank", "text": "\u200b "},  # nothing to store
+        {"speaker": "Ana", "dia_id": "nul", "text": "before\x00after", "blip_caption": "é" * 600},
+        {"speaker": "Ben", "dia_id": "long", "text": long_text},
+    ]
+    qa = [
+        {"question": "Which bike?", "answer": "red", "evidence": ["pic"], "category": "single-hop"},
+        {"question": "Blank?", "answer": "", "evidence": ["blank", "7"]},
+    ]
+    sample = {
+        "conversation": {"session_1": session, "session_1_date_time": "8-May-2023"},
+        "qa": qa,
+    }
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_a_messy_export_is_read_not_refused(tmp_path: Path) -> None:
+    (conv,) = locomo.load(_messy(tmp_path))
+    assert (conv.sample_id, conv.speaker_a, conv.speaker_b) == ("conversation-1", "Ana", "Ben")
+    by_id = {t.dia_id: t for t in conv.turns}
+    assert list(by_id) == ["7", "D1:2", "pic", "nul", "long", "long.2", "long.3"]
+    assert by_id["pic"].text == "[image: a red bicycle]" and by_id["pic"].caption == ""
+    assert by_id["nul"].text == "beforeafter"
+    assert len(by_id["nul"].caption.encode()) <= 1024  # the API's metadata value limit
+    parts = [by_id[d].text for d in ("long", "long.2", "long.3")]
+    assert "".join(parts) == " ".join(["word"] * 16_000)  # split, nothing lost
+    assert all(len(p.encode()) <= 32 * 1024 and not p.startswith(" ") for p in parts)
+    assert conv.skipped == ("session_1[3]",)
+    first, second = conv.questions
+    assert (first.category, first.evidence) == (4, ("pic",))
+    assert (second.category, second.evidence) == (0, ("7",))  # the skipped turn is no evidence
+
+
+async def test_hippo_replay_stores_a_messy_export_and_says_what_it_skipped(
+    serve: Any, tmp_path: Path
+) -> None:
+    gateway = Gateway([])
+    settings = await serve(gateway)
+    env = {"HIPPO_CLI_GATEWAY_ADDR": settings.gateway_addr, "HIPPO_CLI_DATA_DIR": str(tmp_path)}
+    args = ["replay", str(_messy(tmp_path))]
+    done = await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
+    assert done.exit_code == 0, done.output
+    assert "note: 1 turn(s) with no text and no image caption not stored" in done.output
+    assert "(the first: conversation conversation-1, session_1[3])" in done.output
+    stored = {cid: text for (user, cid), text in gateway.stored.items()}
+    assert {u for u, _ in gateway.stored} == {"conversation-1"}
+    assert sorted(stored) == sorted(["7", "D1:2", "pic", "nul", "long", "long.2", "long.3"])
+    assert stored["pic"] == "[image: a red bicycle]"
 
 
 # --- the loader against a gateway that refuses on cue ---------------------------------

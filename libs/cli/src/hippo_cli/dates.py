@@ -1,9 +1,15 @@
 """Session dates as chat archives spell them, read into UTC datetimes.
 
-Explicit formats tried in order, then ISO 8601 through `datetime.fromisoformat`, then
-Unix time (seconds, or milliseconds from 13 digits). Chat exports decorate dates, so a
-leading weekday ("Monday, 8 May 2023"), ordinals ("May 8th, 2023"), square brackets
-("[08.05.2023, 13:56:12]") and a trailing "UTC" or "GMT" are read past.
+ISO 8601 through `datetime.fromisoformat`, then explicit formats tried in order, then
+e-mail style (RFC 2822) and Unix time (seconds, or milliseconds from 13 digits). Chat
+exports decorate dates, so a leading weekday ("Monday, 8 May 2023"), ordinals ("May 8th,
+2023", "8th of May 2023"), square brackets ("[08.05.2023, 13:56:12]"), a dot after a
+short month ("Sept. 8") and dashes around a month's name ("8-May-2023") are read past.
+
+A trailing zone is read after a space: an offset ("+02:00", "-0500", "UTC+2", "GMT-03:30")
+or a common abbreviation ("UTC", "CET", "PDT", `ZONES`). An abbreviation this reader does
+not know, or one that names several zones ("IST"), is refused rather than read as UTC: a
+session dated hours off lands on the wrong day.
 
 Numeric day-month dates with slashes or dashes (`08/05/2023`, `5/8/23, 1:56 PM`,
 `08-05-2023`) are 8 May in Europe and 5 August in the US. Alone such a date is refused,
@@ -19,14 +25,15 @@ from __future__ import annotations
 import email.utils
 import re
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
 Order = Literal["dmy", "mdy"]
 ORDERS: tuple[Order, ...] = ("dmy", "mdy")
 
-_MONTH_DATES = ("%d %B %Y", "%d %B, %Y", "%B %d, %Y", "%B %d %Y")
-_NUMERIC_DATES = ("%d.%m.%Y", "%Y/%m/%d", "%Y.%m.%d")
+# Four-digit years before two-digit ones: "%y" would stop after "20" of "2023" and fail.
+_MONTH_DATES = ("%d %B %Y", "%d %B, %Y", "%B %d, %Y", "%B %d %Y", "%d %B %y")
+_NUMERIC_DATES = ("%d.%m.%Y", "%Y/%m/%d", "%Y.%m.%d", "%Y-%m-%d", "%d.%m.%y")
 _TIMES = ("%H:%M", "%H:%M:%S", "%I:%M %p", "%I:%M:%S %p", "%I %p")
 
 
@@ -39,6 +46,7 @@ def _formats() -> tuple[str, ...]:
         for time in _TIMES:
             # LoCoMo's own "1:56 pm on 8 May, 2023" comes first: it is the common case.
             out += [f"{time} on {date}", f"{date}, {time}", f"{date} {time}", f"{date} at {time}"]
+            out += [f"{time}, {date}", f"{time} {date}"]  # "13:56, 8 May 2023"
     return tuple(out)
 
 
@@ -62,8 +70,26 @@ _WEEKDAY = re.compile(
     re.IGNORECASE,
 )
 _ORDINAL = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
-_UTC_NAME = re.compile(r"\s+(?:UTC|GMT)$", re.IGNORECASE)
-_OFFSET_AFTER_SPACE = re.compile(r"\s+([+-]\d{2}:?\d{2})$")
+_OF_MONTH = re.compile(r"\b(\d{1,2}) of (?=[A-Za-z])", re.IGNORECASE)  # "8 of May"
+# A short month with a dot, and September's four-letter short form, as %b reads them.
+_SHORT_MONTH = re.compile(
+    r"\b(jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.?(?=[\s,\-/]|$)", re.IGNORECASE
+)
+# "8-May-2023", "08/May/23": the month's name between dashes or slashes.
+_NAMED_MONTH_DASHED = re.compile(r"^(\d{1,2})[-/]([A-Za-z]{3,9})[-/](\d{2,4})\b")
+# A zone after a space: an offset, perhaps after UTC/GMT ("UTC+2", "+02:00", "-0500").
+_OFFSET = re.compile(r"\s+(?:(?:UTC|GMT)\s*)?([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
+_ZONE_NAME = re.compile(r"\s+\(?([A-Za-z]{1,5})\)?$")
+# Abbreviations that name one offset in practice; CST is the US one, as RFC 2822 reads it.
+_ZONE_TABLE = """Z=0 UT=0 UTC=0 GMT=0 WET=0 WEST=1 BST=1 CET=1 CEST=2 MET=1 MEST=2 EET=2 EEST=3
+    MSK=3 EST=-5 EDT=-4 CST=-6 CDT=-5 MST=-7 MDT=-6 PST=-8 PDT=-7 AKST=-9 AKDT=-8 HST=-10
+    JST=9 KST=9 HKT=8 SGT=8 AWST=8 ACST=9.5 ACDT=10.5 AEST=10 AEDT=11 NZST=12 NZDT=13"""
+ZONES: dict[str, float] = {
+    name: float(hours) for name, hours in (pair.split("=") for pair in _ZONE_TABLE.split())
+}
+_SEVERAL_ZONES = {"IST": "India, Ireland or Israel", "AST": "Atlantic or Arabia"}
+_MONTH_ABBREVIATIONS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC"
+_NOT_ZONES = {"AM", "PM", *_MONTH_ABBREVIATIONS.split()}
 _UNIX = re.compile(r"^\d{9,13}(?:\.\d+)?$")
 # "p.m." and "1:56pm" are common in exports; strptime wants "PM" after a space.
 _MERIDIEM = re.compile(r"(\d)\s*([ap])\.?\s?m\.?(?=\s|,|$)", re.IGNORECASE)
@@ -88,7 +114,40 @@ def _plain(text: object) -> str:
         value = value[1:-1].strip()
     value = _WEEKDAY.sub("", value)
     value = _ORDINAL.sub(r"\1", value)
-    return _UTC_NAME.sub("", value)
+    value = _OF_MONTH.sub(r"\1 ", value)
+    value = _SHORT_MONTH.sub(lambda m: m.group(1)[:3], value)
+    return _NAMED_MONTH_DASHED.sub(r"\1 \2 \3", value)
+
+
+def _zone(value: str, text: object) -> tuple[str, timezone | None]:
+    """The value without a trailing zone, and that zone (None if it names none);
+    ValueError for a zone name that is unknown or names several zones."""
+    m = _OFFSET.search(value)
+    if m and re.search(r"\d", value[: m.start()]):
+        hours, minutes = int(m.group(2)), int(m.group(3) or 0)
+        if hours > 14 or minutes > 59:
+            raise ValueError(f"{text!r}: {m.group(0).strip()!r} is not a UTC offset")
+        sign = -1 if m.group(1) == "-" else 1
+        return value[: m.start()], timezone(sign * timedelta(hours=hours, minutes=minutes))
+    m = _ZONE_NAME.search(value)
+    if not m or not re.search(r"\d", value[: m.start()]):
+        return value, None
+    name = m.group(1).upper()
+    if name in _NOT_ZONES:
+        return value, None
+    if name in _SEVERAL_ZONES:
+        raise ValueError(
+            f"{text!r}: the zone {m.group(1)!r} names several ({_SEVERAL_ZONES[name]}): "
+            "write the offset instead (+05:30)"
+        )
+    if name not in ZONES:
+        if not m.group(1).isupper():  # "8 May 2023 noon": a word, not a zone
+            return value, None
+        raise ValueError(
+            f"{text!r}: the zone {m.group(1)!r} is not one this reader knows: write the "
+            "offset instead (+01:00)"
+        )
+    return value[: m.start()], timezone(timedelta(hours=ZONES[name]))
 
 
 def _slashed(value: str) -> re.Match[str] | None:
@@ -160,23 +219,31 @@ def parse(text: object, order: Order | None = None) -> datetime:
     if _UNIX.match(value):
         seconds = float(value) / (1000 if len(value.split(".")[0]) >= 13 else 1)
         return datetime.fromtimestamp(seconds, UTC)
-    normal = _MERIDIEM.sub(lambda m: f"{m.group(1)} {m.group(2).upper()}M", value)
-    normal = _unslashed(normal, order, text)
-    for fmt in FORMATS:
-        try:
-            return datetime.strptime(normal, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    when: datetime | None
-    try:
-        # ISO 8601: "Z", offsets, date-only and a space for the T (Python 3.11+); a space
-        # before the offset too ("2023-05-08 13:56:00 +0200", as logs write it).
-        when = datetime.fromisoformat(_OFFSET_AFTER_SPACE.sub(r"\1", value))
-    except ValueError:
-        when = _rfc2822(str(text))
+    rest, zone = _zone(value, text)
+    when = _read(rest, order, text) or _rfc2822(str(text))
     if when is None:
         raise ValueError(
             f"{text!r} is not a date this reader knows; accepted are e.g. "
             + ", ".join(repr(e) for e in EXAMPLES)
         )
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=zone or UTC)
+    return when.astimezone(UTC)
+
+
+def _read(value: str, order: Order | None, text: object) -> datetime | None:
+    """`value` (no trailing zone) as ISO 8601 or one of FORMATS; None if neither reads it.
+    The result is naive unless ISO's own offset ("...T13:56:00+02:00") was in it."""
+    try:
+        # ISO 8601 first: "Z", offsets, date-only and a space for the T (Python 3.11+).
+        return datetime.fromisoformat(value)
+    except ValueError:
+        pass
+    normal = _MERIDIEM.sub(lambda m: f"{m.group(1)} {m.group(2).upper()}M", value)
+    normal = _unslashed(normal, order, text)
+    for fmt in FORMATS:
+        try:
+            return datetime.strptime(normal, fmt)
+        except ValueError:
+            continue
+    return None

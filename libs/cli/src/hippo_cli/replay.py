@@ -50,7 +50,7 @@ def memory_turn(turn: locomo.Turn, conversation: locomo.Conversation) -> memory_
     )
     metadata = {"speaker": turn.speaker}
     if turn.caption:  # what the shared picture showed: indexed with the turn
-        metadata["attachment"] = turn.caption[:1024]
+        metadata["attachment"] = turn.caption  # cut to the API's limit by the loader
     out = memory_pb2.Turn(role=role, text=turn.text, client_id=turn.dia_id, metadata=metadata)
     out.time.FromMicroseconds(turn.time_us)
     return out
@@ -398,6 +398,11 @@ def replay(
             click.echo(f"error: user id {user!r} (--user-prefix + sample_id) must be "
                        "1..128 of [A-Za-z0-9._:@-]", err=True)  # fmt: skip
             sys.exit(2)
+    empty = [(c.sample_id, where) for c in conversations for where in c.skipped]
+    if empty:  # nothing to remember in them; said, so a count that differs is explained
+        click.echo(f"note: {len(empty)} turn(s) with no text and no image caption not "
+                   f"stored (the first: conversation {empty[0][0]}, {empty[0][1]})",
+                   err=True)  # fmt: skip
     # A resumed run must read the dates as the first did: --date-order is part of it.
     fingerprint = hashlib.sha256(file.read_bytes() + (date_order or "").encode()).hexdigest()
     path = progress_file or progress_path(settings, file, user_prefix)

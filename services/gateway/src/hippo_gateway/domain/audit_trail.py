@@ -10,6 +10,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
+from hippo_core import limits
 from hippo_core.errors import InvalidArgument, NotFound
 from hippo_gateway.domain import validation
 from hippo_gateway.domain.audit_events import AuditRecord, Verification, outcome_event
@@ -87,7 +88,7 @@ class AuditTrail:
         size = len(outcome.note.encode("utf-8", "surrogatepass"))
         if size > MAX_NOTE_BYTES:
             raise InvalidArgument("note", f"{size} bytes exceeds the limit of {MAX_NOTE_BYTES}")
-        if outcome.kind in ("corrected", "note") and validation.is_blank(outcome.note):
+        if outcome.kind in ("corrected", "note") and limits.is_blank(outcome.note):
             raise InvalidArgument("note", f"is required for OUTCOME_KIND_{outcome.kind.upper()}")
         found, _ = await self._log.read(
             tenant,

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hippo_core import limits
 from hippo_core.errors import FailedPrecondition, InvalidArgument, Unimplemented
-from hippo_gateway.domain import validation
 from hippo_gateway.domain.audit_events import chat_event, influence_event, memtok_write_event
 from hippo_gateway.domain.context import ContextBuilder
 from hippo_gateway.domain.memory import MemoryService
@@ -124,7 +124,7 @@ class ChatService:
             message,
             budget=budget,
             query_field="message",
-            max_query_bytes=validation.MAX_TEXT_BYTES,
+            max_query_bytes=limits.MAX_TEXT_BYTES,
         )
         plan: InfluencePlan | None = None
         # No memtok store reached, or OFF asked: nothing is selected; OFF is the default
@@ -173,7 +173,7 @@ class ChatService:
         reply = "".join(pieces).strip()
         turns = [TurnIn(Role.USER, message)]
         # An empty or invisible reply (the model ended at once) is not a turn.
-        if not validation.is_blank(reply):
+        if not limits.is_blank(reply):
             turns.append(TurnIn(Role.ASSISTANT, reply))
         stored = await self._memory.remember(tenant, user, session, turns)
         ids = [*stored.memory_ids, ""]

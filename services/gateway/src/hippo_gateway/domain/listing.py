@@ -24,6 +24,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from hippo_core import limits
 from hippo_core.errors import InvalidArgument, NotFound
 from hippo_gateway.domain import audit_events, validation
 from hippo_gateway.domain.audit_recorder import AuditRecorder
@@ -173,6 +174,6 @@ def _memory_key(key: Any) -> ListKey:
 
 
 def _id_key(key: Any) -> str:
-    if not isinstance(key, str) or not validation.is_id(key):
+    if not isinstance(key, str) or not limits.is_id(key):
         raise InvalidArgument("page_token", "is not a token this service issued")
     return key

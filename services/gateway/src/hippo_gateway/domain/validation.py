@@ -4,36 +4,31 @@ the proto spells it, and the limit."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 
 from hippo_core.embedding import SPEAKER
 from hippo_core.errors import InvalidArgument
+from hippo_core.limits import (
+    ID,
+    MAX_ID_CHARS,
+    MAX_METADATA_VALUE_BYTES,
+    MAX_SPEAKER_CHARS,
+    MAX_TEXT_BYTES,
+    MAX_TURNS,
+    is_blank,
+)
+from hippo_core.limits import utf8_bytes as _bytes
 from hippo_gateway.domain.models import RecallQuery, TurnIn
 
-MAX_TURNS = 64
-MAX_TEXT_BYTES = 32 * 1024
 MAX_QUERY_BYTES = 4 * 1024
 MAX_TOP_K = 100
 DEFAULT_TOP_K = 10
 MAX_ROLES = 4
 MAX_METADATA = 32
 MAX_METADATA_KEY_BYTES = 64
-MAX_METADATA_VALUE_BYTES = 1024
 MAX_FORGET_IDS = 1000
-MAX_ID_CHARS = 128
-# The summariser keeps `speaker` with each window turn and refuses longer names; checked
-# here so a Remember the turn store would accept is never refused half-way.
-MAX_SPEAKER_CHARS = 256
 # Seqs are uint64 on the wire but int64 in every store (SQLite INTEGER, PostgreSQL bigint).
 MAX_SEQ = 2**63 - 1
-# Categories a reader cannot see: controls, format characters (U+200B, U+FEFF, bidi
-# marks), separators and unpaired surrogates; plus the Lo/So "fillers" that render blank.
-_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
-_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
-
-_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 
 def check_id(field: str, value: str) -> None:
@@ -42,13 +37,9 @@ def check_id(field: str, value: str) -> None:
         raise InvalidArgument(field, "is required")
     if len(value) > MAX_ID_CHARS:
         raise InvalidArgument(field, f"at most {MAX_ID_CHARS} characters, got {len(value)}")
-    if not _ID.fullmatch(value):
-        bad = next(c for c in value if not _ID.fullmatch(c))
+    if not ID.fullmatch(value):
+        bad = next(c for c in value if not ID.fullmatch(c))
         raise InvalidArgument(field, f"may only hold [A-Za-z0-9._:@-], found {bad!r}")
-
-
-def is_id(value: str) -> bool:
-    return bool(_ID.fullmatch(value))
 
 
 def check_memory_id(field: str, value: str) -> None:
@@ -56,20 +47,6 @@ def check_memory_id(field: str, value: str) -> None:
     if not 1 <= len(value) <= MAX_ID_CHARS:
         raise InvalidArgument(field, f"must be 1..{MAX_ID_CHARS} characters, got {len(value)}")
     _no_nul(field, value)
-
-
-def _bytes(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def is_blank(text: str) -> bool:
-    """True when nothing in `text` would show: empty, whitespace, or only invisible
-    characters (zero-width spaces, BOMs, bidi marks, controls). A query or turn made of
-    them matches nothing a reader could have meant, so it counts as missing."""
-    return all(
-        c.isspace() or c in _FILLERS or unicodedata.category(c) in _INVISIBLE_CATEGORIES
-        for c in text
-    )
 
 
 def check_text(field: str, text: str, limit: int, *, blank_ok: bool = False) -> None:
