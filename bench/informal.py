@@ -67,7 +67,7 @@ def typo(word: str, rng: random.Random) -> str:
     return word[:i] + (rng.choice(near) if near else word[i]) + word[i + 1 :]
 
 
-def informal(question: str, seed: int = 0, typo_rate: float = 0.5) -> str:
+def informal(question: str, seed: int = 0, typo_rate: float = 0.5, opener: bool = True) -> str:
     rng = random.Random(f"{seed}:{question}")
     text = question.strip().lower().rstrip("?.!").replace("\u2019", "'")
     for phrase, short in sorted(CHAT.items(), key=lambda kv: -len(kv[0])):
@@ -76,4 +76,4 @@ def informal(question: str, seed: int = 0, typo_rate: float = 0.5) -> str:
     words = [
         typo(w, rng) if _WORD.fullmatch(w) and rng.random() < typo_rate else w for w in text.split()
     ]
-    return rng.choice(OPENERS) + " ".join(words)
+    return (rng.choice(OPENERS) if opener else "") + " ".join(words)

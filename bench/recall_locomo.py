@@ -14,6 +14,11 @@ By default it starts a private cluster (`hippo up` on free ports, a temporary da
 `--informal SEED` also asks every question as people type it (bench/informal.py: chat
 spellings, dropped apostrophes, keyboard slips), in LEXICAL and HYBRID mode.
 
+`--chatty SEED` stores the conversations the way people chat instead (bench/chatty.py:
+one message per sentence, fillers such as "lol" from the other side in between, lower
+case, chat spellings and slips); an evidence turn counts as found when any of its
+messages is among the top k.
+
 `--compare KEY=A,B[,...]` measures one private cluster per value of the setting KEY, one
 after the other in this run, and prints each table, then the differences from the first
 value (e.g. `--compare HIPPO_RETRIEVAL_LEXICAL_INDEX=tantivy,qdrant`: BM25 in Tantivy vs
@@ -37,6 +42,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from chatty import chatty
 from informal import informal
 from stats import percentile, recall_at
 
@@ -148,14 +154,23 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _turns_of(answers: Answers, parts: dict[str, str]) -> Answers:
+    """Each hit as the turn it is part of (--chatty: a message of a split turn)."""
+    return [(c, q, [parts.get(m, m) for m in found]) for c, q, found in answers]
+
+
 async def measure(
     settings: CliSettings,
     data: Path,
     top_k: int,
     informal_seed: int | None = None,
     date_order: Order | None = None,
+    chatty_seed: int | None = None,
 ) -> dict[str, Any]:
     conversations = locomo.load(data, date_order)
+    parts: dict[str, str] = {}
+    if chatty_seed is not None:
+        conversations, parts = chatty(conversations, chatty_seed)
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"  # never collides with an earlier run's users
     turns = sum(len(c.turns) for c in conversations)
     started = time.perf_counter()
@@ -170,7 +185,7 @@ async def measure(
     counts: dict[str, int] = {}
     for mode in MODES:
         answers, seconds = await ask_all(settings, conversations, prefix, mode, top_k)
-        results[mode] = summarise(answers)
+        results[mode] = summarise(_turns_of(answers, parts))
         latency[mode] = {
             "p50_ms": 1000 * percentile(seconds, 50),
             "p95_ms": 1000 * percentile(seconds, 95),
@@ -188,7 +203,7 @@ async def measure(
             answers, seconds = await ask_all(
                 settings, conversations, prefix, mode.split()[0], top_k, informal_seed
             )
-            results[mode] = summarise(answers)
+            results[mode] = summarise(_turns_of(answers, parts))
             latency[mode] = {
                 "p50_ms": 1000 * percentile(seconds, 50),
                 "p95_ms": 1000 * percentile(seconds, 95),
@@ -215,7 +230,9 @@ def private_run(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]
         with local_cluster(Path(tmp), env) as cluster:
             settings = CliSettings(gateway_addr=cluster.gateway, timeout_seconds=30)
             report = asyncio.run(
-                measure(settings, args.data, args.top_k, args.informal, args.date_order)
+                measure(
+                    settings, args.data, args.top_k, args.informal, args.date_order, args.chatty
+                )
             )
     report["settings"] = env
     return report
@@ -282,6 +299,13 @@ def main() -> int:
         metavar="SEED",
         help="also ask every question rewritten informally, with typos (bench/informal.py)",
     )
+    parser.add_argument(
+        "--chatty",
+        type=int,
+        metavar="SEED",
+        help="store the conversations as people chat: a message per sentence, fillers, "
+        "typos (bench/chatty.py)",
+    )
     args = parser.parse_args()
     # Every Recall pays for its query's embedding: the questions repeat across modes, and
     # with the cache on the later modes would look faster than they are.
@@ -313,7 +337,7 @@ def main() -> int:
             gateway_addr=args.gateway, api_key=args.api_key or "", timeout_seconds=30
         )
         report = asyncio.run(
-            measure(settings, args.data, args.top_k, args.informal, args.date_order)
+            measure(settings, args.data, args.top_k, args.informal, args.date_order, args.chatty)
         )
         report["settings"] = extra_env
     else:
