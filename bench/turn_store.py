@@ -1,10 +1,12 @@
-"""The turn store's reads on a hybrid Recall's path, SQLite: `locate` (session, position
-and speaker of ~200 candidates, for the neighbour and speaker steps) and `get` (the
-winners' rows), at `--turns` turns of one user.
+"""The turn store's reads on a hybrid Recall's path, SQLite: `locate` (session, position,
+speaker and content words of ~200 candidates, for the neighbour, speaker and short-turn
+steps) and `get` (the winners' rows), at `--turns` turns of one user.
 
-`locate` is timed twice in the same run: as the store runs it (answered from the covering
-index `turns_places`, migration 3) and as it ran before that index (each id probed in
-UNIQUE (tenant, memory_id), then the table's row read: text and vector included).
+`locate` is timed three ways in the same run: as the store runs it (answered from the
+covering index `turns_places`, which since migration 4 holds each turn's stored count of
+content words too); as it ran before the short-turn step (the same index without the
+count: a query that does not read it); and as it ran before that index (each id probed
+in UNIQUE (tenant, memory_id), then the table's row read: text and vector included).
 
     .venv/bin/python bench/turn_store.py [--turns 10000] [--ids 180] [--rounds 300]
 """
@@ -88,9 +90,19 @@ def main() -> int:
                     ("local", "u", *wanted),
                 ).fetchall()
 
+            def covered(wanted: list[str]) -> object:
+                marks = ",".join("?" * len(wanted))
+                return conn.execute(
+                    "SELECT memory_id, session_id, position, json_extract(metadata, '$.speaker') "
+                    "FROM turns t INDEXED BY turns_places "
+                    f"WHERE t.tenant = ? AND {BY_ID_USER} AND t.memory_id IN ({marks})",
+                    ("local", "u", *wanted),
+                ).fetchall()
+
             rows = {
-                f"locate {args.ids} ids, before (row reads)": timed(before, lists),
-                f"locate {args.ids} ids, now (turns_places)": timed(
+                f"locate {args.ids} ids, before migration 3 (row reads)": timed(before, lists),
+                f"locate {args.ids} ids, without the content words": timed(covered, lists),
+                f"locate {args.ids} ids, now (covering index, with the content words)": timed(
                     lambda w: store.locate("local", "u", w), lists
                 ),
                 "get 10 rows": timed(lambda w: store.get("local", "u", w[:10]), lists),

@@ -186,6 +186,31 @@ def test_the_speaker_step_lifts_the_named_speakers_turns() -> None:
     assert ranked("what did she research?") == ["mel1", "car1", "car2"]
 
 
+def test_the_short_turn_step_lowers_turns_that_say_little() -> None:
+    """A filler ("lol") that matched through the turn it answers keeps n / short_terms of
+    its score; a turn with enough content words, or one not located, keeps all of it."""
+    lists = {"lexical": [Candidate("lol", 3.0), Candidate("fact", 2.0), Candidate("gone", 1.0)]}
+    where = {"lol": Place("s1", 2, "Ana", terms=1), "fact": Place("s1", 1, "Ben", terms=9)}
+
+    def ranked(short_terms: int) -> list[tuple[str, float]]:
+        hits = fuse(
+            lists, k=5, weights=None, limit=3, places=lambda ids: {m: where[m] for m in ids
+            if m in where}, short_terms=short_terms,
+        )  # fmt: skip
+        return [(h.memory_id, round(h.fused_score, 4)) for h in hits]
+
+    # 1/6, 1/7, 1/8 before; "lol" x 1/8 falls below "gone", which was not located.
+    assert ranked(8) == [("fact", round(1 / 7, 4)), ("gone", 0.125), ("lol", round(1 / 48, 4))]
+    assert [m for m, _ in ranked(0)] == ["lol", "fact", "gone"]  # 0: off
+    assert [m for m, _ in ranked(1)] == ["lol", "fact", "gone"]  # one content word is enough
+    # The engine-fused path takes the same step.
+    refined = refine(
+        [Candidate("lol", 0.3), Candidate("fact", 0.2)], limit=2,
+        places=lambda ids: {m: where[m] for m in ids}, short_terms=8,
+    )  # fmt: skip
+    assert [h.memory_id for h in refined] == ["fact", "lol"]
+
+
 def test_named_speaker_matches_whole_names() -> None:
     speakers = {"Caroline", "Mel", "Dr. Ana Smith", ""}
     assert named_speaker("When did Caroline go?", speakers) == "Caroline"

@@ -30,7 +30,7 @@ from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_core.pgserver import PostgresServer
 from hippo_core.postgres import Database
 from hippo_core.settings import DatabaseSettings
-from hippo_retrieval.adapters import sqlite_store
+from hippo_retrieval.adapters import postgres_store, sqlite_store
 from hippo_retrieval.adapters.postgres_store import MIGRATIONS, SCHEMA, PostgresTurnStore
 from hippo_retrieval.adapters.sqlite_store import SqliteTurnStore
 from hippo_retrieval.domain.models import Cursor, Deletion, NewTurn, Role, Scope, StoredTurn
@@ -189,6 +189,8 @@ def test_a_file_written_by_the_previous_build_still_opens(tmp_path: Path) -> Non
     try:
         assert [t.text for t in store.get("t1", "u1", ["m1"])] == ["written by the old build"]
         assert store.last_seq() == 1
+        # Migration 4 counted its content words (written, old, build) for the short-turn step.
+        assert store.locate("t1", "u1", ["m1"])["m1"].terms == 3
         ((turn, created),) = store.append([_turn(2)])
         assert created and turn.seq == 2 and turn.position == 2
     finally:
@@ -365,7 +367,7 @@ def test_a_failure_mid_batch_leaves_nothing(engine: Engine, store: Store) -> Non
     store.append([_turn(0)])
     seq = store.last_seq()
     bad = _turn(3, text="x")
-    object.__setattr__(bad, "text", None)  # violates NOT NULL inside the transaction
+    object.__setattr__(bad, "client_id", None)  # violates NOT NULL inside the transaction
     with pytest.raises(engine.integrity_error):
         store.append([_turn(1), _turn(2), bad, _turn(4)])
     assert store.count("t1", "u1") == 1
@@ -1137,6 +1139,37 @@ def test_locate_gives_session_position_and_speaker(store: Store) -> None:
     assert store.locate("t1", "u2", [a.memory_id]) == {}  # another user's: absent
 
 
+def test_locate_counts_each_turns_content_words(store: Store) -> None:
+    texts = ["lol", "haha ok!", "I went to the pottery class yesterday.", "Café au lait, 2023"]
+    turns = [_turn(n, text=t) for n, t in enumerate(texts)]
+    store.append(turns)
+    where = store.locate("t1", "u1", [t.memory_id for t in turns])
+    # 3+ letters or digits and not a stop word: "lol"; "haha"; "went pottery class
+    # yesterday"; "café lait 2023".
+    assert [where[t.memory_id].terms for t in turns] == [1, 1, 4, 3]
+
+
+def test_postgres_migration_3_counts_the_turns_already_stored(postgres_url: str) -> None:
+    """A turn written before the column existed is counted by the migration (SQLite's
+    migration 4: test_a_file_written_by_the_previous_build_still_opens)."""
+    db = postgres_database(postgres_url, f"fresh{next(_schemas)}")
+    store = PostgresTurnStore(db)
+    try:
+        store.append([_turn(n, text=f"pottery class number {n}") for n in range(3)])
+
+        def as_before_then_migrated(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            conn.execute("ALTER TABLE turns DROP COLUMN terms")
+            postgres_store._add_terms(conn)
+            return conn.execute("SELECT terms FROM turns ORDER BY seq").fetchall()
+
+        # pottery, class, number (the digit is too short to count)
+        assert db.run(as_before_then_migrated) == [(3,), (3,), (3,)]
+        assert {p.terms for p in store.locate("t1", "u1", [_turn(0).memory_id]).values()} == {3}
+    finally:
+        store.close()
+        db.close()
+
+
 def test_locate_follows_a_speaker_changed_or_removed(store: Store) -> None:
     a = _turn(0, metadata={"speaker": "Caroline"})
     b = _turn(1, metadata={"speaker": "Melanie"})
@@ -1147,9 +1180,9 @@ def test_locate_follows_a_speaker_changed_or_removed(store: Store) -> None:
     assert (where[a.memory_id].speaker, where[b.memory_id].speaker) == ("Caro", "")
 
 
-def test_sqlite_locate_reads_the_places_index_not_the_rows(tmp_path: Path) -> None:
-    """Migration 3's covering index answers locate (the neighbour and speaker steps ask
-    it for ~200 ids per hybrid Recall); the rows, with text and vector, stay unread."""
+def test_sqlite_locate_finds_ids_through_the_places_index(tmp_path: Path) -> None:
+    """Migration 3's index finds locate's ids (the neighbour, speaker and short-turn steps
+    ask for ~200 per hybrid Recall): the planner may not pick the user's own index."""
     store = SqliteTurnStore(tmp_path / "turns.db")
     try:
         store.append([_turn(n, metadata={"speaker": "Caroline"}) for n in range(3)])

@@ -132,6 +132,7 @@ def domain(settings: RetrievalSettings) -> tuple[RetrievalService, Callable[[], 
             max_top_k=settings.max_top_k,
             neighbour_weight=settings.neighbour_weight,
             speaker_weight=settings.speaker_weight,
+            short_turn_terms=settings.short_turn_terms,
         ),
         projection=ProjectionConfig(
             settings.commit_interval_seconds,

@@ -157,6 +157,15 @@ class RetrievalSettings(ServiceSettings):
         "of 5+), that speaker's turns' scores are multiplied by 1 + this. 0 turns it off "
         "(docs/recall.md).",
     )
+    short_turn_terms: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description="HYBRID only: a candidate whose own text holds n content words (3+ "
+        "letters, not a stop word) with n under this keeps n / this of its score, so "
+        '"lol" and "ok" do not crowd out the turns that hold facts. 0 turns it off '
+        "(docs/recall.md).",
+    )
     typo_repair: bool = Field(
         True,
         description="BM25: a query word of 4+ letters that no stored turn holds is searched "

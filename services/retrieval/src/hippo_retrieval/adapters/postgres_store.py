@@ -45,6 +45,7 @@ import psycopg
 from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_core.postgres import Database, Migration
 from hippo_retrieval.adapters.turn_rows import (
+    INSERT_COLUMNS,
     TURN_COLUMNS,
     Row,
     decode_vector,
@@ -57,6 +58,7 @@ from hippo_retrieval.adapters.turn_rows import (
     list_users_query,
     session_stats,
     stored,
+    terms_backfill,
     to_row,
     updated_metadata,
     user_stats,
@@ -139,7 +141,21 @@ CREATE TABLE model_vectors (
     FOREIGN KEY (tenant, memory_id) REFERENCES turns (tenant, memory_id) ON DELETE CASCADE
 );
 """,
+    # 3: each turn's content words (sqlite_store.py's migration 4). Only adds: a replica
+    # of an older build still writes, its turns' count -1 (unknown: no short-turn step).
+    lambda conn: _add_terms(conn),
 ]
+
+
+def _add_terms(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("ALTER TABLE turns ADD COLUMN terms integer NOT NULL DEFAULT -1")
+    after = 0
+    while rows := conn.execute(
+        "SELECT seq, text FROM turns WHERE seq > %s ORDER BY seq LIMIT 5000", (after,)
+    ).fetchall():
+        with conn.cursor() as cursor:
+            cursor.executemany("UPDATE turns SET terms = %s WHERE seq = %s", terms_backfill(rows))
+        after = rows[-1][0]
 
 
 def _storable(*values: str) -> bool:
@@ -226,9 +242,7 @@ class PostgresTurnStore:
                 [(seq, turn.tenant, turn.memory_id) for seq, turn, _, _ in items],
             )
             cursor.executemany(
-                "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
-                "time_us, client_id, metadata, vector, vector_model, position) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                f"INSERT INTO turns ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})",
                 [(seq, *row, position) for seq, _, row, position in items],
             )
 
@@ -377,11 +391,11 @@ class PostgresTurnStore:
         self._check_open()
         with self._db.transaction(WHAT) as conn:
             rows = conn.execute(
-                "SELECT memory_id, session_id, position, metadata::jsonb ->> 'speaker' "
+                "SELECT memory_id, session_id, position, metadata::jsonb ->> 'speaker', terms "
                 "FROM turns WHERE tenant = %s AND user_id = %s AND memory_id = ANY(%s)",
                 (tenant, user, wanted),
             ).fetchall()
-        return {str(m): Place(str(s), int(p), str(sp or "")) for m, s, p, sp in rows}
+        return {str(m): Place(str(s), int(p), str(sp or ""), int(t)) for m, s, p, sp, t in rows}
 
     def delete(
         self, tenant: str, user: str, *, session: str | None = None, memory_ids: Sequence[str] = ()

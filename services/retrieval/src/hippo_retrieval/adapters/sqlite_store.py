@@ -33,6 +33,7 @@ from typing import Any
 from hippo_core import sqlite as hippo_sqlite
 from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_retrieval.adapters.turn_rows import (
+    INSERT_COLUMNS,
     TURN_COLUMNS,
     Row,
     decode_vector,
@@ -45,6 +46,7 @@ from hippo_retrieval.adapters.turn_rows import (
     list_users_query,
     session_stats,
     stored,
+    terms_backfill,
     to_row,
     updated_metadata,
     user_stats,
@@ -119,7 +121,26 @@ CREATE TABLE model_vectors (
 CREATE INDEX turns_places ON turns
     (tenant, memory_id, user_id, session_id, position, json_extract(metadata, '$.speaker'));
 """,
+    # 4: each turn's content words (turn_rows.content_terms), for the short-turn step,
+    # counted for the turns already stored and added to the covering index.
+    lambda conn: _add_terms(conn),
 ]
+
+
+def _add_terms(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE turns ADD COLUMN terms INTEGER NOT NULL DEFAULT -1")
+    after = 0
+    while rows := conn.execute(
+        "SELECT seq, text FROM turns WHERE seq > ? ORDER BY seq LIMIT 5000", (after,)
+    ).fetchall():
+        conn.executemany("UPDATE turns SET terms = ? WHERE seq = ?", terms_backfill(rows))
+        after = rows[-1][0]
+    conn.execute("DROP INDEX turns_places")
+    conn.execute(
+        "CREATE INDEX turns_places ON turns (tenant, memory_id, user_id, session_id, position, "
+        "json_extract(metadata, '$.speaker'), terms)"
+    )
+
 
 # Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
 # would otherwise pick the user's own index (turns_by_time) and scan every turn of the user
@@ -306,7 +327,8 @@ class SqliteTurnStore:
         return out
 
     def locate(self, tenant: str, user: str, memory_ids: Sequence[str]) -> dict[str, Place]:
-        """Session, position and speaker of each of the user's turns among `memory_ids`."""
+        """Session, position, speaker and content words (`content_terms`) of each of the
+        user's turns among `memory_ids`."""
         wanted = list(dict.fromkeys(memory_ids))
         out: dict[str, Place] = {}
         with self._locked() as conn:
@@ -314,13 +336,15 @@ class SqliteTurnStore:
                 marks = ",".join("?" * len(chunk))
                 # INDEXED BY: the planner's choice between this and UNIQUE (tenant,
                 # memory_id) is a tie it may break either way (it did after ANALYZE).
-                for memory_id, session, position, speaker in conn.execute(
-                    "SELECT memory_id, session_id, position, json_extract(metadata, '$.speaker') "
-                    f"FROM turns t INDEXED BY turns_places WHERE t.tenant = ? AND {BY_ID_USER} "
-                    f"AND t.memory_id IN ({marks})",
+                for memory_id, session, position, speaker, terms in conn.execute(
+                    "SELECT memory_id, session_id, position, json_extract(metadata, '$.speaker'), "
+                    f"terms FROM turns t INDEXED BY turns_places WHERE t.tenant = ? "
+                    f"AND {BY_ID_USER} AND t.memory_id IN ({marks})",
                     (tenant, user, *chunk),
                 ):
-                    out[str(memory_id)] = Place(str(session), int(position), str(speaker or ""))
+                    out[str(memory_id)] = Place(
+                        str(session), int(position), str(speaker or ""), int(terms)
+                    )
         return out
 
     def delete(
@@ -491,9 +515,7 @@ class SqliteTurnStore:
             (turn.tenant, turn.user, turn.session),
         ).fetchone()
         conn.execute(
-            "INSERT INTO turns (seq, memory_id, tenant, user_id, session_id, role, text, "
-            "time_us, client_id, metadata, vector, vector_model, position) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO turns ({INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})",
             (seq, *row, position),
         )
         return stored(turn, row, seq, int(position))

@@ -4,6 +4,7 @@ so the two engines store byte-equal values and one contract test suite covers bo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hippo_core.errors import InvalidArgument
+from hippo_retrieval.adapters.stopwords import ENGLISH
 from hippo_retrieval.domain.models import (
     Change,
     Cursor,
@@ -24,6 +26,21 @@ from hippo_retrieval.domain.models import (
     Vector,
 )
 
+_TERM = re.compile(r"[^\W_]+")
+
+
+def content_terms(text: str) -> int:
+    """How many words of `text` say something: 3+ letters or digits, not a stop word
+    ("lol ok" 1, "haha yes!" 2, "I went to a pottery class" 3). Counted once, when the
+    turn is written (column `terms`); the short-turn step of fusion reads it."""
+    return sum(1 for w in _TERM.findall(text.lower()) if len(w) > 2 and w not in ENGLISH)
+
+
+def terms_backfill(rows: Sequence[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(terms, seq) for rows (seq, text) stored before the `terms` column existed."""
+    return [(content_terms(text), seq) for seq, text in rows]
+
+
 # The columns of a turn, in the order `from_row` reads them (`t` is the turns table).
 TURN_COLUMNS = (
     "t.seq, t.memory_id, t.tenant, t.user_id, t.session_id, t.role, t.text, t.time_us, "
@@ -31,8 +48,13 @@ TURN_COLUMNS = (
 )
 
 # memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, vector,
-# vector_model
-Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None, str]
+# vector_model, terms
+Row = tuple[str, str, str, str, str, str, int, str, str, bytes | None, str, int]
+# INSERT INTO turns's columns, in the order (seq, *row, position).
+INSERT_COLUMNS = (
+    "seq, memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, "
+    "vector, vector_model, terms, position"
+)
 
 
 def to_row(turn: NewTurn) -> Row:
@@ -56,6 +78,7 @@ def to_row(turn: NewTurn) -> Row:
         encode_metadata(turn.metadata),
         blob,
         turn.vector_model if blob is not None else "",
+        content_terms(turn.text),
     )
 
 

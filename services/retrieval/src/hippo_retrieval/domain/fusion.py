@@ -83,6 +83,7 @@ def fuse(
     neighbour_weight: float = 0.0,
     query: str = "",
     speaker_weight: float = 0.0,
+    short_terms: int = 0,
 ) -> list[FusedHit]:
     """`neighbour_boost(rrf(lists), places(ids), w)[:limit]` (or `rrf(...)[:limit]` without
     `places`), computed on plain dicts: the search path fuses ~200 candidates to return 10,
@@ -90,7 +91,9 @@ def fuse(
     of retrieval's CPU per Recall. Same scores, same order, same tie-breaks (a property
     test checks it against the two reference functions above). Then the speaker step:
     when the query names exactly one of the candidates' speakers (`named_speaker`), that
-    speaker's turns' scores are multiplied by 1 + speaker_weight."""
+    speaker's turns' scores are multiplied by 1 + speaker_weight. Then the short-turn
+    step (`short_terms` > 0): a turn whose own text holds n < short_terms content words
+    (Place.terms) keeps n / short_terms of its score."""
     if k <= 0:
         raise ValueError("k must be positive")
     fused: dict[str, float] = {}
@@ -107,7 +110,9 @@ def fuse(
             fused[m] = fused.get(m, 0.0) + weight / (k + position)
             if position < best.get(m, position + 1):
                 best[m] = position
-    return _steps(fused, best, firsts, limit, places, neighbour_weight, query, speaker_weight)
+    return _steps(
+        fused, best, firsts, limit, places, neighbour_weight, query, speaker_weight, short_terms
+    )
 
 
 def refine(
@@ -118,8 +123,9 @@ def refine(
     neighbour_weight: float = 0.0,
     query: str = "",
     speaker_weight: float = 0.0,
+    short_terms: int = 0,
 ) -> list[FusedHit]:
-    """`fuse`'s neighbour and speaker steps over candidates fused elsewhere (by the
+    """`fuse`'s neighbour, speaker and short-turn steps over candidates fused elsewhere (by the
     engine, their scores its fused scores, best first): ties break by the engine's
     order. Each retriever's ranks are unknown, so the hits carry none."""
     scores: dict[str, float] = {}
@@ -128,7 +134,9 @@ def refine(
         if candidate.memory_id not in scores:
             scores[candidate.memory_id] = candidate.score
             best[candidate.memory_id] = position
-    return _steps(scores, best, {}, limit, places, neighbour_weight, query, speaker_weight)
+    return _steps(
+        scores, best, {}, limit, places, neighbour_weight, query, speaker_weight, short_terms
+    )
 
 
 def _steps(
@@ -140,13 +148,15 @@ def _steps(
     neighbour_weight: float,
     query: str,
     speaker_weight: float,
+    short_terms: int = 0,
 ) -> list[FusedHit]:
-    """The neighbour and speaker steps on fused scores, then the best `limit`, ties by
-    the best single rank (`best`), then id; `firsts`: each list's (rank, score) per id."""
+    """The neighbour, speaker and short-turn steps on fused scores, then the best
+    `limit`, ties by the best single rank (`best`), then id; `firsts`: each list's (rank,
+    score) per id."""
     final = fused
     neighbours, speakers = neighbour_weight > 0, speaker_weight > 0 and bool(query)
-    # One store read serves both steps; none when neither runs.
-    wanted = places is not None and fused and (neighbours or speakers)
+    # One store read serves every step; none when none runs.
+    wanted = places is not None and fused and (neighbours or speakers or short_terms > 0)
     where = places(list(fused)) if wanted and places is not None else {}
     if neighbours and where:
         # The reference boosts the rrf order: ties in the unboosted score keep no
@@ -170,6 +180,16 @@ def _steps(
                 m: s * factor if m in where and where[m].speaker == speaker else s
                 for m, s in final.items()
             }
+    if short_terms > 0 and where:
+        # A turn that says little ("lol", "ok", "haha yes") matches through the previous
+        # turn its BM25 document quotes, or is near anything in vector space, and would
+        # crowd out the turn that holds the fact (docs/recall.md, the short-turn step).
+        final = {
+            m: s * (min(where[m].terms, short_terms) / short_terms)
+            if m in where and where[m].terms >= 0
+            else s
+            for m, s in final.items()
+        }
     order = heapq.nsmallest(limit, final, key=lambda m: (-final[m], best[m], m))
     out = []
     for m in order:

@@ -149,11 +149,13 @@ class Candidate:
 
 class Place(NamedTuple):
     """Where a turn sits: its session, its position there, and who spoke it (metadata
-    `speaker`, "" if none). Fusion reads it for the neighbour and speaker steps."""
+    `speaker`, "" if none); `terms`, how many content words its own text holds (-1 if
+    unknown). Fusion reads it for the neighbour, speaker and short-turn steps."""
 
     session: str
     position: int
     speaker: str = ""
+    terms: int = -1
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ class FusionConfig:
     # A query that names one speaker is mostly answered by that speaker's own turns
     # (83% of LoCoMo's evidence): their scores x (1 + this). 0 turns it off.
     speaker_weight: float = 0.3
+    # A turn with fewer content words than this keeps n / this of its score: "lol" and
+    # "ok" match through the turn they answer and crowd out the facts (docs/recall.md:
+    # the short-turn step). 0 turns it off.
+    short_turn_terms: int = 8
 
 
 @runtime_checkable
@@ -122,7 +126,11 @@ class Retriever:
             lists[SEMANTIC] = self._vectors.search(scope, vector, self._config.candidates)
         # Hybrid only: LEXICAL and SEMANTIC show one retriever's own ranking.
         hybrid = mode == Mode.HYBRID
-        steps = self._config.neighbour_weight > 0 or self._config.speaker_weight > 0
+        steps = (
+            self._config.neighbour_weight > 0
+            or self._config.speaker_weight > 0
+            or self._config.short_turn_terms > 0
+        )
         fused = fuse(
             lists,
             k=self._config.k,
@@ -134,6 +142,7 @@ class Retriever:
             neighbour_weight=self._config.neighbour_weight,
             query=speaker_text(query, query_repairs),
             speaker_weight=self._config.speaker_weight,
+            short_terms=self._config.short_turn_terms,
         )
         hits = self._hits(scope, fused)
         return SearchResult(hits, len(lists.get(LEXICAL, [])), len(lists.get(SEMANTIC, [])))
@@ -159,7 +168,11 @@ class Retriever:
             (weights.get(LEXICAL, 1.0), weights.get(SEMANTIC, 1.0)),
             query_repairs,
         )
-        steps = self._config.neighbour_weight > 0 or self._config.speaker_weight > 0
+        steps = (
+            self._config.neighbour_weight > 0
+            or self._config.speaker_weight > 0
+            or self._config.short_turn_terms > 0
+        )
         refined = refine(
             fused,
             limit=top_k,
@@ -169,6 +182,7 @@ class Retriever:
             neighbour_weight=self._config.neighbour_weight,
             query=speaker_text(query, query_repairs),
             speaker_weight=self._config.speaker_weight,
+            short_terms=self._config.short_turn_terms,
         )
         return SearchResult(self._hits(scope, refined), 0, 0, engine_fused=True)
 
