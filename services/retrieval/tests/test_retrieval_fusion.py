@@ -187,22 +187,35 @@ def test_the_speaker_step_lifts_the_named_speakers_turns() -> None:
 
 
 def test_the_short_turn_step_lowers_turns_that_say_little() -> None:
-    """A filler ("lol") that matched through the turn it answers keeps n / short_terms of
-    its score; a turn with enough content words, or one not located, keeps all of it."""
-    lists = {"lexical": [Candidate("lol", 3.0), Candidate("fact", 2.0), Candidate("gone", 1.0)]}
-    where = {"lol": Place("s1", 2, "Ana", terms=1), "fact": Place("s1", 1, "Ben", terms=9)}
+    """A turn of n content words, n under short_terms, keeps √(n / short_terms) of its
+    score (none counts as half a word); a turn with enough of them, or one not located
+    or not counted (-1), keeps all of it; 0 turns the step off."""
+    lists = {
+        "lexical": [Candidate("lol", 4.0), Candidate("fact", 3.0), Candidate("gone", 2.0)],
+        "semantic": [Candidate("old", 1.0), Candidate("long", 0.5)],
+    }
+    where = {
+        "lol": Place("s1", 2, "Ana", terms=1),
+        "fact": Place("s1", 1, "Ben", terms=3),
+        "old": Place("s2", 1, "Ben", terms=-1),  # written before counts existed
+        "long": Place("s3", 1, "Ben", terms=8),
+    }
 
-    def ranked(short_terms: int) -> list[tuple[str, float]]:
+    def scores(short_terms: int, places: dict[str, Place] = where) -> dict[str, float]:
         hits = fuse(
-            lists, k=5, weights=None, limit=3, places=lambda ids: {m: where[m] for m in ids
-            if m in where}, short_terms=short_terms,
+            lists, k=5, weights=None, limit=5, places=lambda ids: {m: places[m] for m in ids
+            if m in places}, short_terms=short_terms,
         )  # fmt: skip
-        return [(h.memory_id, round(h.fused_score, 4)) for h in hits]
+        return {h.memory_id: h.fused_score for h in hits}
 
-    # 1/6, 1/7, 1/8 before; "lol" x 1/8 falls below "gone", which was not located.
-    assert ranked(8) == [("fact", round(1 / 7, 4)), ("gone", 0.125), ("lol", round(1 / 48, 4))]
-    assert [m for m, _ in ranked(0)] == ["lol", "fact", "gone"]  # 0: off
-    assert [m for m, _ in ranked(1)] == ["lol", "fact", "gone"]  # one content word is enough
+    got = scores(8)  # 1/6, 1/7, 1/8 (lexical); 1/6, 1/7 (semantic) before
+    assert got["lol"] == pytest.approx(1 / 6 * (1 / 8) ** 0.5)
+    assert got["fact"] == pytest.approx(1 / 7 * (3 / 8) ** 0.5)
+    assert (got["gone"], got["old"], got["long"]) == pytest.approx((1 / 8, 1 / 6, 1 / 7))
+    assert list(got) == ["old", "long", "gone", "fact", "lol"]
+    assert list(scores(0)) == ["lol", "old", "fact", "long", "gone"]  # off: RRF's order
+    none = dict(where, lol=Place("s1", 2, "Ana", terms=0))  # "ok": half a word
+    assert scores(8, none)["lol"] == pytest.approx(1 / 6 * (0.5 / 8) ** 0.5)
     # The engine-fused path takes the same step.
     refined = refine(
         [Candidate("lol", 0.3), Candidate("fact", 0.2)], limit=2,

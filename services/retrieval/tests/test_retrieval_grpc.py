@@ -108,9 +108,8 @@ def test_write_then_search_round_trips_every_field(stub) -> None:  # type: ignor
     top = hits[0]
     assert top.memory.memory_id == turns[0].memory_id
     assert top.lexical_rank == 1 and top.semantic_rank == 1
-    # k = 5, weights 1.5 and 1; then the short-turn step: five content words (err,
-    # connection, refused, handlesubmit, runs) of the eight that keep a whole score.
-    assert top.fused_score == pytest.approx((1.5 / 6 + 1 / 6) * 5 / 8)
+    # k = 5, weights 1.5 and 1; five content words: the short-turn step leaves it alone.
+    assert top.fused_score == pytest.approx(1.5 / 6 + 1 / 6)
     assert top.semantic_score == pytest.approx(1.0, abs=1e-5) and top.lexical_score > 0
     m = top.memory
     assert (m.scope.user_id, m.scope.session_id, m.role, m.client_id) == (

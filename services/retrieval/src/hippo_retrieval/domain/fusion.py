@@ -9,6 +9,7 @@ are deterministic.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -93,7 +94,7 @@ def fuse(
     when the query names exactly one of the candidates' speakers (`named_speaker`), that
     speaker's turns' scores are multiplied by 1 + speaker_weight. Then the short-turn
     step (`short_terms` > 0): a turn whose own text holds n < short_terms content words
-    (Place.terms) keeps n / short_terms of its score."""
+    (Place.terms; none counts as half a word) keeps √(n / short_terms) of its score."""
     if k <= 0:
         raise ValueError("k must be positive")
     fused: dict[str, float] = {}
@@ -184,10 +185,11 @@ def _steps(
         # A turn that says little ("lol", "ok", "haha yes") matches through the previous
         # turn its BM25 document quotes, or is near anything in vector space, and would
         # crowd out the turn that holds the fact (docs/recall.md, the short-turn step).
+        # The square root: a filler falls far (1 of 8: x 0.35), a terse fact ("moved to
+        # Lisbon in May", 3: x 0.61) much less, so it still beats a longer neighbour
+        # that the neighbour step lifted but that does not match (docs/recall.md).
         final = {
-            m: s * (min(where[m].terms, short_terms) / short_terms)
-            if m in where and where[m].terms >= 0
-            else s
+            m: s * _short_factor(where[m].terms, short_terms) if m in where else s
             for m, s in final.items()
         }
     order = heapq.nsmallest(limit, final, key=lambda m: (-final[m], best[m], m))
@@ -198,6 +200,13 @@ def _steps(
         scores = {name: score for name, (_, score) in found.items()}
         out.append(FusedHit(m, final[m], ranks, scores))
     return out
+
+
+def _short_factor(terms: int, short_terms: int) -> float:
+    """What a turn of `terms` content words keeps of its score (-1: unknown, all of it)."""
+    if terms < 0 or terms >= short_terms:
+        return 1.0
+    return math.sqrt(max(terms, 0.5) / short_terms)
 
 
 _WORD = re.compile(r"\w+")

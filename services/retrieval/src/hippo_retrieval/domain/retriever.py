@@ -49,10 +49,11 @@ class FusionConfig:
     # A query that names one speaker is mostly answered by that speaker's own turns
     # (83% of LoCoMo's evidence): their scores x (1 + this). 0 turns it off.
     speaker_weight: float = 0.3
-    # A turn with fewer content words than this keeps n / this of its score: "lol" and
-    # "ok" match through the turn they answer and crowd out the facts (docs/recall.md:
-    # the short-turn step). 0 turns it off.
-    short_turn_terms: int = 8
+    # A turn with n content words, n under this, keeps √(n / this) of its score: "lol" and
+    # "ok" match through the turn they answer and crowd out the facts. Off by default:
+    # in a store of a few turns it can put a longer turn that does not match above a
+    # terse one that does (docs/recall.md: the short-turn step). 8 where chats are short.
+    short_turn_terms: int = 0
 
 
 @runtime_checkable
