@@ -183,6 +183,12 @@ class Runner:
             raise SystemExit(1)
         await stopping
         await self.stop()
+        # Stopped cleanly. A second stop signal must not kill the exiting interpreter
+        # (exit -15): a terminal's Ctrl-C reaches the whole process group, and `hippo up`
+        # then sends SIGTERM too. Closing the loop would restore the default actions.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def run(service: Service, settings: ServiceSettings) -> None:
