@@ -88,8 +88,7 @@ ZONES: dict[str, float] = {
     name: float(hours) for name, hours in (pair.split("=") for pair in _ZONE_TABLE.split())
 }
 _SEVERAL_ZONES = {"IST": "India, Ireland or Israel", "AST": "Atlantic or Arabia"}
-_MONTH_ABBREVIATIONS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC"
-_NOT_ZONES = {"AM", "PM", *_MONTH_ABBREVIATIONS.split()}
+_NOT_ZONES = {"AM", "PM", *(m[:3].upper() for m in _MONTHS)}
 _UNIX = re.compile(r"^\d{9,13}(?:\.\d+)?$")
 # "p.m." and "1:56pm" are common in exports; strptime wants "PM" after a space.
 _MERIDIEM = re.compile(r"(\d)\s*([ap])\.?\s?m\.?(?=\s|,|$)", re.IGNORECASE)

@@ -45,20 +45,20 @@ import psycopg
 from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_core.postgres import Database, Migration
 from hippo_retrieval.adapters.turn_rows import (
-    INSERT_COLUMNS,
     TURN_COLUMNS,
     Row,
+    backfill_terms,
     decode_vector,
     encode_metadata,
     encode_vector,
     feed_entries,
     from_row,
+    insert_turn,
     list_sessions_query,
     list_turns_query,
     list_users_query,
     session_stats,
     stored,
-    terms_backfill,
     to_row,
     updated_metadata,
     user_stats,
@@ -80,6 +80,22 @@ WHAT = "turn store"
 # LISTEN/NOTIFY channel: "the feed or a replica's state changed" (adapters/replicas.py).
 FEED_CHANNEL = "feed"
 NUL = "\x00"
+
+
+def _add_terms(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("ALTER TABLE turns ADD COLUMN terms integer NOT NULL DEFAULT -1")
+
+    def write(pairs: list[tuple[int, int]]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany("UPDATE turns SET terms = %s WHERE seq = %s", pairs)
+
+    backfill_terms(
+        lambda after: conn.execute(
+            "SELECT seq, text FROM turns WHERE seq > %s ORDER BY seq LIMIT 5000", (after,)
+        ).fetchall(),
+        write,
+    )
+
 
 MIGRATIONS: list[Migration] = [
     """
@@ -143,19 +159,8 @@ CREATE TABLE model_vectors (
 """,
     # 3: each turn's content words (sqlite_store.py's migration 4). Only adds: a replica
     # of an older build still writes, its turns' count -1 (unknown: no short-turn step).
-    lambda conn: _add_terms(conn),
+    _add_terms,
 ]
-
-
-def _add_terms(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("ALTER TABLE turns ADD COLUMN terms integer NOT NULL DEFAULT -1")
-    after = 0
-    while rows := conn.execute(
-        "SELECT seq, text FROM turns WHERE seq > %s ORDER BY seq LIMIT 5000", (after,)
-    ).fetchall():
-        with conn.cursor() as cursor:
-            cursor.executemany("UPDATE turns SET terms = %s WHERE seq = %s", terms_backfill(rows))
-        after = rows[-1][0]
 
 
 def _storable(*values: str) -> bool:
@@ -242,7 +247,7 @@ class PostgresTurnStore:
                 [(seq, turn.tenant, turn.memory_id) for seq, turn, _, _ in items],
             )
             cursor.executemany(
-                f"INSERT INTO turns ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})",
+                insert_turn("%s"),
                 [(seq, *row, position) for seq, _, row, position in items],
             )
 

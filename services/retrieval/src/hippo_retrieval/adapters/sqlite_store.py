@@ -33,20 +33,20 @@ from typing import Any
 from hippo_core import sqlite as hippo_sqlite
 from hippo_core.errors import FailedPrecondition, InvalidArgument
 from hippo_retrieval.adapters.turn_rows import (
-    INSERT_COLUMNS,
     TURN_COLUMNS,
     Row,
+    backfill_terms,
     decode_vector,
     encode_metadata,
     encode_vector,
     feed_entries,
     from_row,
+    insert_turn,
     list_sessions_query,
     list_turns_query,
     list_users_query,
     session_stats,
     stored,
-    terms_backfill,
     to_row,
     updated_metadata,
     user_stats,
@@ -64,6 +64,22 @@ from hippo_retrieval.domain.models import (
 )
 
 NAME = "turn store"
+
+
+def _add_terms(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE turns ADD COLUMN terms INTEGER NOT NULL DEFAULT -1")
+    backfill_terms(
+        lambda after: conn.execute(
+            "SELECT seq, text FROM turns WHERE seq > ? ORDER BY seq LIMIT 5000", (after,)
+        ).fetchall(),
+        lambda pairs: conn.executemany("UPDATE turns SET terms = ? WHERE seq = ?", pairs),
+    )
+    conn.execute("DROP INDEX turns_places")
+    conn.execute(
+        "CREATE INDEX turns_places ON turns (tenant, memory_id, user_id, session_id, position, "
+        "json_extract(metadata, '$.speaker'), terms)"
+    )
+
 
 # Version 1 is the layout every earlier build wrote (under user_version 1): it must never
 # change, or files written by those builds would no longer open. Changes are new entries.
@@ -123,23 +139,8 @@ CREATE INDEX turns_places ON turns
 """,
     # 4: each turn's content words (turn_rows.content_terms), for the short-turn step,
     # counted for the turns already stored and added to the covering index.
-    lambda conn: _add_terms(conn),
+    _add_terms,
 ]
-
-
-def _add_terms(conn: sqlite3.Connection) -> None:
-    conn.execute("ALTER TABLE turns ADD COLUMN terms INTEGER NOT NULL DEFAULT -1")
-    after = 0
-    while rows := conn.execute(
-        "SELECT seq, text FROM turns WHERE seq > ? ORDER BY seq LIMIT 5000", (after,)
-    ).fetchall():
-        conn.executemany("UPDATE turns SET terms = ? WHERE seq = ?", terms_backfill(rows))
-        after = rows[-1][0]
-    conn.execute("DROP INDEX turns_places")
-    conn.execute(
-        "CREATE INDEX turns_places ON turns (tenant, memory_id, user_id, session_id, position, "
-        "json_extract(metadata, '$.speaker'), terms)"
-    )
 
 
 # Lookups by id: `+` keeps the user term out of index selection. With a long id list SQLite
@@ -515,7 +516,7 @@ class SqliteTurnStore:
             (turn.tenant, turn.user, turn.session),
         ).fetchone()
         conn.execute(
-            f"INSERT INTO turns ({INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            insert_turn("?"),
             (seq, *row, position),
         )
         return stored(turn, row, seq, int(position))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,9 +36,17 @@ def content_terms(text: str) -> int:
     return sum(1 for w in _TERM.findall(text.lower()) if len(w) > 2 and w not in ENGLISH)
 
 
-def terms_backfill(rows: Sequence[tuple[int, str]]) -> list[tuple[int, int]]:
-    """(terms, seq) for rows (seq, text) stored before the `terms` column existed."""
-    return [(content_terms(text), seq) for seq, text in rows]
+def backfill_terms(
+    read: Callable[[int], Sequence[tuple[int, str]]],
+    write: Callable[[list[tuple[int, int]]], object],
+) -> None:
+    """Count the content words of the turns stored before the `terms` column existed:
+    `read(after)` gives the next batch of (seq, text) with seq > after, in seq order
+    (empty at the end); `write` stores (terms, seq) pairs."""
+    after = 0
+    while rows := read(after):
+        write([(content_terms(text), seq) for seq, text in rows])
+        after = rows[-1][0]
 
 
 # The columns of a turn, in the order `from_row` reads them (`t` is the turns table).
@@ -55,6 +63,13 @@ INSERT_COLUMNS = (
     "seq, memory_id, tenant, user_id, session_id, role, text, time_us, client_id, metadata, "
     "vector, vector_model, terms, position"
 )
+
+
+def insert_turn(mark: str) -> str:
+    """INSERT INTO turns for one row (seq, *row, position), `mark` the engine's
+    placeholder ("?" or "%s")."""
+    marks = ", ".join([mark] * len(INSERT_COLUMNS.split(",")))
+    return f"INSERT INTO turns ({INSERT_COLUMNS}) VALUES ({marks})"
 
 
 def to_row(turn: NewTurn) -> Row:

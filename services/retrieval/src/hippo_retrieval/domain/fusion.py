@@ -186,8 +186,8 @@ def _steps(
         # turn its BM25 document quotes, or is near anything in vector space, and would
         # crowd out the turn that holds the fact (docs/recall.md, the short-turn step).
         # The square root: a filler falls far (1 of 8: x 0.35), a terse fact ("moved to
-        # Lisbon in May", 3: x 0.61) much less, so it still beats a longer neighbour
-        # that the neighbour step lifted but that does not match (docs/recall.md).
+        # Lisbon in May", 3: x 0.61) less. Still enough to reorder a store of a few
+        # turns, whose fused scores sit within a few percent: hence off by default.
         final = {
             m: s * _short_factor(where[m].terms, short_terms) if m in where else s
             for m, s in final.items()

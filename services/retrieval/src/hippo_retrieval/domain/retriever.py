@@ -55,6 +55,11 @@ class FusionConfig:
     # terse one that does (docs/recall.md: the short-turn step). 8 where chats are short.
     short_turn_terms: int = 0
 
+    @property
+    def reads_places(self) -> bool:
+        """Whether a step after fusion runs, and so needs the candidates' places."""
+        return self.neighbour_weight > 0 or self.speaker_weight > 0 or self.short_turn_terms > 0
+
 
 @runtime_checkable
 class EngineFusion(Protocol):
@@ -127,18 +132,13 @@ class Retriever:
             lists[SEMANTIC] = self._vectors.search(scope, vector, self._config.candidates)
         # Hybrid only: LEXICAL and SEMANTIC show one retriever's own ranking.
         hybrid = mode == Mode.HYBRID
-        steps = (
-            self._config.neighbour_weight > 0
-            or self._config.speaker_weight > 0
-            or self._config.short_turn_terms > 0
-        )
         fused = fuse(
             lists,
             k=self._config.k,
             weights=self._config.weights,
             limit=top_k,
             places=(lambda ids: self._store.locate(scope.tenant, scope.user, ids))
-            if hybrid and steps
+            if hybrid and self._config.reads_places
             else None,
             neighbour_weight=self._config.neighbour_weight,
             query=speaker_text(query, query_repairs),
@@ -169,16 +169,11 @@ class Retriever:
             (weights.get(LEXICAL, 1.0), weights.get(SEMANTIC, 1.0)),
             query_repairs,
         )
-        steps = (
-            self._config.neighbour_weight > 0
-            or self._config.speaker_weight > 0
-            or self._config.short_turn_terms > 0
-        )
         refined = refine(
             fused,
             limit=top_k,
             places=(lambda ids: self._store.locate(scope.tenant, scope.user, ids))
-            if steps
+            if self._config.reads_places
             else None,
             neighbour_weight=self._config.neighbour_weight,
             query=speaker_text(query, query_repairs),
